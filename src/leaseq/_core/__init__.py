@@ -1,0 +1,1 @@
+"""Pure logic with no I/O: job records, validation, backoff, settings."""

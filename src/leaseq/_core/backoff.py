@@ -1,0 +1,40 @@
+"""Retry delays: capped exponential backoff with multiplicative jitter."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from leaseq.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """``min(cap, base * 2**(attempt-1)) * uniform(1-jitter, 1+jitter)`` seconds.
+
+    Attributes:
+        base: Delay after the first failed attempt, in seconds. Defaults to 1.
+        cap: Upper bound before jitter, in seconds. Defaults to 3600.
+        jitter: Relative spread, 0 <= jitter < 1; spreads retries of jobs that failed
+            together so they do not return together. Defaults to 0.1.
+    """
+
+    base: float = 1.0
+    cap: float = 3600.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.base >= 0:
+            raise InvalidArgument(f"backoff base must be >= 0, got {self.base!r}")
+        if not self.cap >= self.base:
+            raise InvalidArgument(f"backoff cap must be >= base, got {self.cap!r}")
+        if not 0 <= self.jitter < 1:
+            raise InvalidArgument(f"backoff jitter must be in [0, 1), got {self.jitter!r}")
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """The delay in seconds before retrying after failed attempt number ``attempt``."""
+        exponent = max(0, attempt - 1)
+        # 2**exponent overflows floats past ~1024; the cap is reached long before that.
+        raw = self.cap if exponent >= 64 else min(self.cap, self.base * 2.0**exponent)
+        spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
+        return raw * spread

@@ -1,0 +1,108 @@
+"""Input checks and JSON encoding, shared by every backend so they reject the same things."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from leaseq.errors import (
+    InvalidArgument,
+    InvalidQueueName,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+)
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+MAX_UNIQUE_KEY = 255
+MAX_KIND = 200
+MAX_WORKER_ID = 200
+INT32 = (-(2**31), 2**31 - 1)
+
+
+def queue_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1-200 characters of A-Z a-z 0-9 _ . -"
+        )
+    return name
+
+
+def queue_names(names: str | Sequence[str]) -> list[str]:
+    if isinstance(names, str):
+        names = [names]
+    checked = list(dict.fromkeys(queue_name(n) for n in names))
+    if not checked:
+        raise InvalidQueueName("name at least one queue to dequeue from")
+    return checked
+
+
+def encode(value: Any, cap: int, what: str = "payload") -> str:
+    """Encode to compact JSON, refusing what would not come back as it went in."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        size = len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
+        raise PayloadNotSerializable(
+            f"{what} is not JSON-serialisable ({exc}); use dicts with string keys, lists, "
+            "strings, finite numbers, booleans and None"
+        ) from exc
+    if size > cap:
+        raise PayloadTooLarge(
+            f"{what} is {size} bytes encoded, over the cap of {cap} bytes; store large data "
+            "elsewhere and enqueue a reference, or raise max_payload_bytes"
+        )
+    return text
+
+
+def decode(text: str | bytes | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def integer(name: str, value: object, low: int, high: int = INT32[1]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def seconds(name: str, value: object, *, positive: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        number = float(value)  # type: ignore[arg-type]
+        ok = math.isfinite(number) and (number > 0 if positive else number >= 0)
+        ok = ok and number <= 10 * 365 * 86400  # ten years: beyond that it is a mistake
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise InvalidArgument(f"{name} must be a number of seconds {bound}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def optional_text(name: str, value: object, limit: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= limit or "\x00" in value:
+        raise InvalidArgument(
+            f"{name} must be a string of 1-{limit} characters without NUL, got {value!r:.80}"
+        )
+    return value
+
+
+def aware_utc(name: str, value: object) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidArgument(
+            f"{name} must be a timezone-aware datetime (naive times are ambiguous), "
+            f"got {value!r}"
+        )
+    return value.astimezone(timezone.utc)
+
+
+def error_text(value: object) -> str | None:
+    """Errors are stored as text; anything else is repr'd, long ones are cut."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else repr(value)
+    text = text.replace("\x00", "\\x00")
+    return text if len(text) <= 65536 else text[:65520] + "...[truncated]"

@@ -1,0 +1,58 @@
+"""Storage backends behind one contract (``base.Backend``), chosen by URL scheme."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from leaseq._core.settings import Settings
+from leaseq.errors import ConfigurationError
+
+_memory_stores: dict[str, Any] = {}
+_memory_lock = threading.Lock()
+
+SCHEMES = "sqlite:///path.db, postgresql://user@host/db, mysql://user@host/db or memory://"
+
+
+def create_backend(url: str, settings: Settings, use_async: bool) -> Any:
+    """A backend for ``url``: a ``Backend``, or an ``AsyncBackend`` when ``use_async``."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"not a leaseq URL: {url!r}; use {SCHEMES}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "memory":
+        return _memory(url, use_async)
+    if scheme == "sqlite":
+        from leaseq.backends.sqlite.driver import create
+
+        return create(url, settings, use_async)
+    if scheme in ("postgresql", "postgres"):
+        module = _optional("leaseq.backends.postgres.driver", "postgres", "psycopg")
+        return module.create(url, settings, use_async)
+    if scheme in ("mysql", "mariadb"):
+        module = _optional("leaseq.backends.mysql.driver", "mysql", "PyMySQL")
+        return module.create(url, settings, use_async)
+    raise ConfigurationError(f"unsupported URL scheme {scheme!r} in {url!r}; use {SCHEMES}")
+
+
+def _optional(module: str, extra: str, driver: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"the {extra} backend needs {driver}: pip install 'leaseq[{extra}]' ({exc})"
+        ) from exc
+
+
+def _memory(url: str, use_async: bool) -> Any:
+    from leaseq.backends.memory import AsyncMemoryBackend, MemoryBackend
+
+    name = url.split("://", 1)[1]
+    with _memory_lock:
+        if not name:
+            store = MemoryBackend()  # memory:// alone: a private store per client
+        else:
+            # memory://name: clients in one process that name the same store share it.
+            store = _memory_stores.setdefault(name, MemoryBackend())
+    return AsyncMemoryBackend(store) if use_async else store

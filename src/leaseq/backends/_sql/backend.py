@@ -1,0 +1,87 @@
+"""The backend contract over SQL plans, for sync and async runners alike.
+
+Each method builds a plan factory and hands it to the runner. A ``SyncRunner`` returns
+the result; an async runner returns an awaitable of it. So one class serves as both
+``Backend`` and ``AsyncBackend`` and the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from leaseq.backends._sql.ops import SqlOps
+from leaseq.backends.base import NewJob
+from leaseq.errors import JobCancelled
+
+
+class SqlBackend:
+    """A SQL database behind the backend contract (see ``backends.base``)."""
+
+    supports_transactions = True
+
+    def __init__(self, name: str, ops: SqlOps, runner: Any) -> None:
+        self.name = name
+        self.ops = ops
+        self.runner = runner
+
+    def migrate(self) -> Any:
+        return self.runner.migrate()
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> Any:
+        return self.runner.run(lambda: self.ops.enqueue(jobs), conn=conn)
+
+    def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> Any:
+        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit))
+
+    def renew(self, job_id: int, token: int, extend: float) -> Any:
+        def check(outcome: tuple[datetime, bool]) -> datetime:
+            until, cancel_requested = outcome
+            if cancel_requested:
+                raise JobCancelled(
+                    f"job {job_id} was cancelled; its lease runs to {until.isoformat()}, "
+                    "stop work and release or nack it"
+                )
+            return until
+
+        return self.runner.run(lambda: self.ops.renew(job_id, token, extend), after=check)
+
+    def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
+        return self.runner.run(lambda: self.ops.complete(job_id, token, result), conn=conn)
+
+    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
+        return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
+
+    def release(self, job_id: int, token: int, delay: float) -> Any:
+        return self.runner.run(lambda: self.ops.release(job_id, token, delay))
+
+    def bury(self, job_id: int, token: int, reason: str | None) -> Any:
+        return self.runner.run(lambda: self.ops.bury(job_id, token, reason))
+
+    def kick(self, queue: str, limit: int) -> Any:
+        return self.runner.run(lambda: self.ops.kick(queue, limit))
+
+    def retry(self, job_id: int) -> Any:
+        return self.runner.run(lambda: self.ops.retry(job_id))
+
+    def discard(self, job_id: int, reason: str | None) -> Any:
+        return self.runner.run(lambda: self.ops.discard(job_id, reason))
+
+    def cancel(self, job_id: int) -> Any:
+        return self.runner.run(lambda: self.ops.cancel(job_id))
+
+    def get(self, job_id: int) -> Any:
+        return self.runner.run(lambda: self.ops.get(job_id), write=False)
+
+    def stats(self) -> Any:
+        return self.runner.run(self.ops.stats, write=False)
+
+    def reclaim(self, limit: int) -> Any:
+        return self.runner.run(lambda: self.ops.reclaim(limit))
+
+    def prune(self, older_than: float) -> Any:
+        return self.runner.run(lambda: self.ops.prune(older_than))
+
+    def close(self) -> Any:
+        return self.runner.close()

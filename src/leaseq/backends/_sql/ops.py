@@ -1,0 +1,315 @@
+"""The job state machine as SQL plans, written once for every SQL dialect.
+
+Each method returns a plan (see ``plan.py``). A ``Dialect`` supplies the query texts and
+value conversions; where one dialect can do a step in fewer statements (PostgreSQL's
+``UPDATE ... FROM (... SKIP LOCKED) RETURNING``), its subclass of ``SqlOps`` replaces that
+plan and keeps the same result.
+
+Fencing lives here: every holder write first locks the row by ``(id, lease_token,
+state='running')`` (``lock_held``) and raises ``LeaseLost`` when nothing matches, so a
+stale holder changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.validate import decode
+from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
+from leaseq.backends.base import NewJob
+from leaseq.errors import BackendError, JobNotFound, JobStateError, LeaseLost
+
+# Column order of every query that returns a leased job (claim_ids, jobs_by_ids, ...).
+JOB_COLUMNS = (
+    "id, queue, kind, payload, priority, attempts, max_attempts, unique_key, "
+    "lease_token, lease_until, worker_id, created_at, available_at"
+)
+UNIQUE_RETRIES = 100
+
+
+class Dialect:
+    """Query texts and value conversions of one SQL dialect."""
+
+    name: str
+    package: str
+    paramstyle: str
+    returning: bool = True  # UPDATE ... RETURNING
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.q = load_queries(self.package, prefix, self.paramstyle)
+
+    def span(self, seconds: float) -> Any:
+        """A duration parameter."""
+        return seconds
+
+    def ts(self, value: datetime | None) -> Any:
+        """An absolute time parameter (aware, UTC)."""
+        return value
+
+    def dt(self, value: Any) -> datetime | None:
+        """A time read back from the database, as an aware UTC datetime."""
+        if value is None or (isinstance(value, datetime) and value.tzinfo):
+            return value.astimezone(timezone.utc) if value is not None else None
+        return value.replace(tzinfo=timezone.utc)  # type: ignore[no-any-return]
+
+    def ids(self, ids: Sequence[int]) -> Any:
+        """A list-of-ids parameter for ``IN``/``ANY``."""
+        return list(ids)
+
+    def row(self, job: NewJob) -> dict[str, Any]:
+        return {
+            "queue": job.queue,
+            "kind": job.kind,
+            "payload": job.payload,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "unique_key": job.unique_key,
+            "delay": self.span(job.delay),
+            "run_at": self.ts(job.run_at),
+        }
+
+
+class SqlOps:
+    """Plans for every contract method; see ``backends.base.Backend`` for the states."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.d = dialect
+
+    # -- enqueue -------------------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+        results: list[EnqueueResult | None] = [None] * len(jobs)
+        plain = [i for i, job in enumerate(jobs) if job.unique_key is None]
+        if plain:
+            ids = yield from self.insert_plain([jobs[i] for i in plain])
+            for i, job_id in zip(plain, ids):
+                results[i] = EnqueueResult(job_id, True)
+        for i, job in enumerate(jobs):
+            if job.unique_key is not None:
+                results[i] = yield from self.insert_unique(job)
+        return [r for r in results if r is not None]
+
+    def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
+        if len(jobs) == 1:
+            r = yield Stmt("insert_job", self.d.row(jobs[0]))
+            return [self.new_id(r)]
+        r = yield Stmt("insert_job", [self.d.row(job) for job in jobs], many=True)
+        return [row[0] for row in r.rows]
+
+    def insert_unique(self, job: NewJob) -> Plan[EnqueueResult]:
+        for _ in range(UNIQUE_RETRIES):
+            r = yield Stmt("insert_unique_job", self.d.row(job), duplicate_ok=True)
+            if not r.duplicate and (r.rows or r.rowcount == 1):
+                return EnqueueResult(self.new_id(r), True)
+            found = yield Stmt("find_unique", {"queue": job.queue, "unique_key": job.unique_key})
+            if found.rows:
+                return EnqueueResult(int(found.rows[0][0]), False)
+            # The twin left the live table between our insert and our lookup: insert again.
+        raise BackendError(f"unique key {job.unique_key!r} kept changing hands; try again")
+
+    @staticmethod
+    def new_id(r: Result) -> int:
+        return int(r.rows[0][0] if r.rows else r.lastrowid)  # type: ignore[arg-type]
+
+    # -- claim and lease -------------------------------------------------------------------
+
+    def claim(
+        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
+    ) -> Plan[list[Job]]:
+        candidates: list[tuple[Any, ...]] = []
+        for queue in queues:
+            r = yield Stmt("claim_candidates", {"queue": queue, "limit": limit})
+            candidates += r.rows
+        if not candidates:
+            return []
+        # Each queue's candidates come in index order; merge them into the global order.
+        candidates.sort(key=lambda c: (-c[1], c[2], c[0]))
+        ids = self.d.ids([c[0] for c in candidates[:limit]])
+        params = {"ids": ids, "lease": self.d.span(lease), "worker_id": worker_id}
+        r = yield Stmt("claim_ids", params)
+        rows = r.rows if self.d.returning else (yield Stmt("jobs_by_ids", {"ids": ids})).rows
+        return self.jobs(rows, lease)
+
+    def jobs(self, rows: list[tuple[Any, ...]], lease: float) -> list[Job]:
+        rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
+        dt = self.d.dt
+        return [
+            Job(
+                id=int(r[0]), queue=r[1], kind=r[2], payload=decode(r[3]), priority=r[4],
+                attempts=r[5], max_attempts=r[6], unique_key=r[7], lease_token=int(r[8]),
+                lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
+                lease=lease,
+            )
+            for r in rows
+        ]
+
+    def renew(self, job_id: int, token: int, extend: float) -> Plan[tuple[datetime, bool]]:
+        params = {"id": job_id, "token": token, "extend": self.d.span(extend)}
+        r = yield Stmt("renew", params)
+        if not r.rowcount:
+            raise self.lost(job_id, token)
+        if not self.d.returning:
+            r = yield Stmt("lease_of", {"id": job_id})
+        until, cancel_requested = r.rows[0]
+        return self.d.dt(until), bool(cancel_requested)  # type: ignore[return-value]
+
+    @staticmethod
+    def lost(job_id: int, token: int) -> LeaseLost:
+        return LeaseLost(
+            f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
+            "re-delivered or finished; nothing was changed"
+        )
+
+    def lock_held(self, job_id: int, token: int) -> Plan[tuple[int, int, bool]]:
+        r = yield Stmt("lock_held", {"id": job_id, "token": token})
+        if not r.rows:
+            raise self.lost(job_id, token)
+        attempts, max_attempts, cancel_requested = r.rows[0]
+        return attempts, max_attempts, bool(cancel_requested)
+
+    # -- holder outcomes ---------------------------------------------------------------
+
+    def complete(self, job_id: int, token: int, result: str | None) -> Plan[None]:
+        yield from self.lock_held(job_id, token)
+        yield from self.archive(job_id, "completed", result=result, error=None)
+
+    def archive(
+        self, job_id: int, state: JobState, *, result: str | None, error: str | None
+    ) -> Plan[None]:
+        """Writes the history row and removes the live row; callers hold the row."""
+        params = {"id": job_id, "state": state, "result": result, "error": error}
+        yield Stmt("archive", params)
+        yield Stmt("delete_job", {"id": job_id})
+
+    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Plan[JobState]:
+        attempts, max_attempts, cancel_requested = yield from self.lock_held(job_id, token)
+        if cancel_requested:
+            yield from self.archive(job_id, "cancelled", result=None, error=error)
+            return "cancelled"
+        if attempts >= max_attempts:
+            yield Stmt("to_dead", {"id": job_id, "error": error})
+            return "dead"
+        return (yield from self.reschedule(job_id, delay, error, give_back=0))
+
+    def reschedule(
+        self, job_id: int, delay: float, error: str | None, give_back: int
+    ) -> Plan[JobState]:
+        params = {"id": job_id, "delay": self.d.span(delay), "error": error, "give_back": give_back}
+        yield Stmt("reschedule", params)
+        return "scheduled" if delay > 0 else "available"
+
+    def release(self, job_id: int, token: int, delay: float) -> Plan[JobState]:
+        _, _, cancel_requested = yield from self.lock_held(job_id, token)
+        if cancel_requested:
+            yield from self.archive(job_id, "cancelled", result=None, error=None)
+            return "cancelled"
+        return (yield from self.reschedule(job_id, delay, None, give_back=1))
+
+    def bury(self, job_id: int, token: int, reason: str | None) -> Plan[None]:
+        yield from self.lock_held(job_id, token)
+        yield Stmt("to_dead", {"id": job_id, "error": reason})
+
+    # -- operator verbs ------------------------------------------------------------------
+
+    def kick(self, queue: str, limit: int) -> Plan[int]:
+        r = yield Stmt("kick", {"queue": queue, "limit": limit})
+        return r.rowcount
+
+    def retry(self, job_id: int) -> Plan[None]:
+        r = yield Stmt("retry_job", {"id": job_id})
+        if not r.rowcount:
+            yield from self.refuse(job_id, "retry", "dead or scheduled")
+
+    def discard(self, job_id: int, reason: str | None) -> Plan[None]:
+        r = yield Stmt("lock_idle", {"id": job_id})
+        if not r.rows:
+            yield from self.refuse(job_id, "discard", "dead, scheduled or available")
+        yield from self.archive(job_id, "discarded", result=None, error=reason)
+
+    def cancel(self, job_id: int) -> Plan[JobState]:
+        r = yield Stmt("lock_live", {"id": job_id})
+        if not r.rows:
+            h = yield Stmt("history_state", {"id": job_id})
+            if not h.rows:
+                raise JobNotFound(f"no job with id {job_id}")
+            return h.rows[0][0]  # type: ignore[no-any-return]
+        if r.rows[0][0] == "running":
+            yield Stmt("request_cancel", {"id": job_id})
+            return "running"
+        yield from self.archive(job_id, "cancelled", result=None, error="cancelled")
+        return "cancelled"
+
+    def refuse(self, job_id: int, action: str, allowed: str) -> Plan[None]:
+        r = yield Stmt("state_of", {"id": job_id})
+        if not r.rows:
+            raise JobNotFound(f"no job with id {job_id}")
+        raise JobStateError(
+            f"cannot {action} job {job_id}: it is {r.rows[0][0]}; {action} works on "
+            f"{allowed} jobs"
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Plan[JobInfo]:
+        r = yield Stmt("get_live", {"id": job_id})
+        if not r.rows:
+            r = yield Stmt("get_history", {"id": job_id})
+        if not r.rows:
+            raise JobNotFound(f"no job with id {job_id}")
+        return self.info(r.rows[0])
+
+    def info(self, r: tuple[Any, ...]) -> JobInfo:
+        dt = self.d.dt
+        state, available_at, now = r[3], dt(r[9]), dt(r[18])
+        if state == "available" and available_at and now and available_at > now:
+            state = "scheduled"
+        return JobInfo(
+            id=int(r[0]), queue=r[1], kind=r[2], state=state, payload=decode(r[4]),
+            priority=r[5], attempts=r[6], max_attempts=r[7], unique_key=r[8],
+            available_at=available_at, lease_until=dt(r[10]), worker_id=r[11],
+            created_at=dt(r[12]), started_at=dt(r[13]),  # type: ignore[arg-type]
+            finished_at=dt(r[14]), result=decode(r[15]), error=r[16],
+            cancel_requested=bool(r[17]),
+        )
+
+    def stats(self) -> Plan[dict[str, QueueStats]]:
+        counts: dict[str, dict[str, int]] = {}
+        for name in ("live_counts", "history_counts"):
+            r = yield Stmt(name)
+            for queue, state, n in r.rows:
+                counts.setdefault(queue, {})[state] = int(n)
+        return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def reclaim(self, limit: int) -> Plan[int]:
+        r = yield Stmt("expired_leases", {"limit": limit})
+        again: list[int] = []
+        dead: list[int] = []
+        reclaimed = 0
+        for job_id, attempts, max_attempts, cancel_requested in r.rows:
+            if cancel_requested:
+                yield from self.archive(job_id, "cancelled", result=None, error="lease expired")
+                reclaimed += 1
+            elif attempts >= max_attempts:
+                dead.append(job_id)
+            else:
+                again.append(job_id)
+        if again:
+            reclaimed += (yield Stmt("reclaim_to_available", {"ids": self.d.ids(again)})).rowcount
+        if dead:
+            params = {"ids": self.d.ids(dead), "error": "lease expired"}
+            reclaimed += (yield Stmt("reclaim_to_dead", params)).rowcount
+        return reclaimed
+
+    def prune(self, older_than: float, batch: int = 5000) -> Plan[int]:
+        pruned = 0
+        while True:
+            r = yield Stmt("prune", {"age": self.d.span(older_than), "limit": batch})
+            pruned += r.rowcount
+            if r.rowcount < batch:
+                return pruned

@@ -1,0 +1,97 @@
+"""Sans-I/O plumbing shared by the SQL backends.
+
+A backend operation is a *plan*: a generator that yields ``Stmt`` objects (a named query
+and its parameters) and receives each one's ``Result``. Plans hold the logic (fencing, the
+dead-or-retry decision, unique-key races) once; a sync runner and an async runner drive
+the same plan over psycopg, PyMySQL/aiomysql or sqlite3. Because a plan is re-created from
+its factory, a runner can retry a whole transaction after a deadlock without the plan
+knowing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One query to run: ``name`` from the dialect's queries.sql, bound ``params``.
+
+    With ``many``, ``params`` is a sequence of mappings run as one batch. With
+    ``duplicate_ok``, a unique-key violation is reported as ``Result.duplicate`` instead
+    of raised (MySQL, which has no ``ON CONFLICT DO NOTHING ... RETURNING``).
+    """
+
+    name: str
+    params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = field(default_factory=dict)
+    many: bool = False
+    duplicate_ok: bool = False
+
+
+@dataclass
+class Result:
+    """What a statement gave back."""
+
+    rows: list[tuple[Any, ...]]
+    rowcount: int
+    lastrowid: int | None = None
+    duplicate: bool = False
+
+
+Plan = Generator[Stmt, Result, T]
+PlanFactory = Callable[[], Plan[T]]
+
+
+def drive(plan: Plan[T], execute: Callable[[Stmt], Result]) -> T:
+    """Run a plan to completion with a synchronous ``execute``."""
+    try:
+        stmt = next(plan)
+        while True:
+            stmt = plan.send(execute(stmt))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+_NAME = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def load_queries(package: str, prefix: str, paramstyle: str) -> dict[str, str]:
+    """Load ``queries.sql`` of a dialect package into ``{name: sql}``.
+
+    This is the one place where SQL text is changed at run time: ``{prefix}`` becomes the
+    validated table prefix (``Settings`` allows only ``[a-z0-9_]``) and ``:name``
+    placeholders become the driver's style. Values are always bound parameters.
+    """
+    text = resources.files(package).joinpath("queries.sql").read_text("utf-8")
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        sql = body.strip().rstrip(";").replace("{prefix}", prefix)
+        if paramstyle == "pyformat":
+            sql = _PARAM.sub(r"%(\1)s", sql)
+        queries[name] = sql
+    return queries
+
+
+def load_migrations(package: str, prefix: str) -> list[tuple[int, str, list[str]]]:
+    """``[(version, name, [statement, ...]), ...]`` from ``migrations/NNNN_name.sql``."""
+    folder = resources.files(package).joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            version, _, name = entry.name[:-4].partition("_")
+            body = entry.read_text("utf-8").replace("{prefix}", prefix)
+            statements = [s.strip() for s in body.split(";\n") if _has_sql(s)]
+            found.append((int(version), name, statements))
+    return sorted(found)
+
+
+def _has_sql(chunk: str) -> bool:
+    return any(line.strip() and not line.strip().startswith("--") for line in chunk.splitlines())

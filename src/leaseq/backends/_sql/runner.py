@@ -1,0 +1,275 @@
+"""Runners: carry out a plan in one transaction, retrying the whole transaction when the
+database reports a transient conflict (deadlock, lock wait timeout, busy), and translating
+driver errors into leaseq's error tree exactly once, here.
+
+A dialect's driver module subclasses ``SyncRunner`` or ``AsyncRunner`` and fills in how to
+connect, begin, execute one ``Stmt``, commit and classify an exception. ``SqlBackend``
+works over either kind: it returns whatever ``run`` returns, a value or an awaitable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from leaseq.backends._sql.plan import Plan, PlanFactory, Result, Stmt, drive
+from leaseq.errors import BackendError, BackendUnavailable, LeaseqError
+
+T = TypeVar("T")
+C = TypeVar("C")
+RETRIES = 12
+
+
+def retry_pause(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): 2 ms doubling to 0.5 s, with full
+    jitter so that transactions that deadlocked together do not collide again."""
+    return random.uniform(0, min(0.5, 0.002 * 2**attempt))
+
+
+class SyncRunner(ABC, Generic[C]):
+    """Runs plans on connections of type ``C`` from a pool."""
+
+    def __init__(self, pool: Pool[C]) -> None:
+        self.pool = pool
+
+    def run(
+        self,
+        factory: PlanFactory[T],
+        *,
+        write: bool = True,
+        conn: Any = None,
+        after: Callable[[T], Any] | None = None,
+    ) -> Any:
+        if conn is not None:
+            result = self.run_in_caller(conn, factory())
+        else:
+            result = self.run_retrying(factory, write)
+        return after(result) if after else result
+
+    def run_retrying(self, factory: PlanFactory[T], write: bool) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self.run_once(factory(), write)
+            except LeaseqError:
+                raise
+            except Exception as exc:
+                if attempt < RETRIES and self.retryable(exc):
+                    time.sleep(retry_pause(attempt))
+                    continue
+                raise self.translate(exc) from exc
+
+    def run_once(self, plan: Plan[T], write: bool) -> T:
+        conn = self.pool.get()
+        broken = False
+        try:
+            self.begin(conn, write)
+            result = drive(plan, lambda stmt: self.execute(conn, stmt))
+            self.commit(conn)
+            return result
+        except BaseException as exc:
+            broken = not self.rollback(conn) or self.is_disconnect(exc)
+            raise
+        finally:
+            self.pool.put(conn, broken=broken)
+
+    def rollback(self, conn: C) -> bool:
+        """Rolls back; False when the connection is unusable."""
+        try:
+            self.do_rollback(conn)
+            return True
+        except Exception:
+            return False
+
+    @abstractmethod
+    def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        """Runs the plan inside the caller's own connection and transaction."""
+
+    @abstractmethod
+    def begin(self, conn: C, write: bool) -> None: ...
+
+    @abstractmethod
+    def execute(self, conn: C, stmt: Stmt) -> Result: ...
+
+    @abstractmethod
+    def commit(self, conn: C) -> None: ...
+
+    @abstractmethod
+    def do_rollback(self, conn: C) -> None: ...
+
+    @abstractmethod
+    def retryable(self, exc: BaseException) -> bool: ...
+
+    @abstractmethod
+    def is_disconnect(self, exc: BaseException) -> bool: ...
+
+    @abstractmethod
+    def translate(self, exc: BaseException) -> LeaseqError: ...
+
+    @abstractmethod
+    def migrate(self) -> None: ...
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class AsyncRunner(ABC):
+    """Runs plans with an asyncio driver. Subclasses own their pool."""
+
+    def run(
+        self,
+        factory: PlanFactory[T],
+        *,
+        write: bool = True,
+        conn: Any = None,
+        after: Callable[[T], Any] | None = None,
+    ) -> Awaitable[Any]:
+        return self._run(factory, write, conn, after)
+
+    async def _run(
+        self, factory: PlanFactory[T], write: bool, conn: Any, after: Callable[[T], Any] | None
+    ) -> Any:
+        if conn is not None:
+            result = await self.run_in_caller(conn, factory())
+        else:
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    result = await self.run_once(factory(), write)
+                    break
+                except LeaseqError:
+                    raise
+                except Exception as exc:
+                    if attempt < RETRIES and self.retryable(exc):
+                        await asyncio.sleep(retry_pause(attempt))
+                        continue
+                    raise self.translate(exc) from exc
+        return after(result) if after else result
+
+    @staticmethod
+    async def adrive(plan: Plan[T], execute: Callable[[Stmt], Awaitable[Result]]) -> T:
+        try:
+            stmt = next(plan)
+            while True:
+                stmt = plan.send(await execute(stmt))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    @abstractmethod
+    async def run_once(self, plan: Plan[T], write: bool) -> T: ...
+
+    @abstractmethod
+    async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T: ...
+
+    @abstractmethod
+    def retryable(self, exc: BaseException) -> bool: ...
+
+    @abstractmethod
+    def translate(self, exc: BaseException) -> LeaseqError: ...
+
+    @abstractmethod
+    async def migrate(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+class ThreadedAsyncRunner:
+    """Async face of a sync runner: each plan runs whole in a worker thread. Used for
+    SQLite, where the driver is in-process and one thread hop per operation is cheaper
+    than one per statement."""
+
+    def __init__(self, sync: SyncRunner[Any]) -> None:
+        self.sync = sync
+
+    def run(
+        self,
+        factory: PlanFactory[T],
+        *,
+        write: bool = True,
+        conn: Any = None,
+        after: Callable[[T], Any] | None = None,
+    ) -> Awaitable[Any]:
+        return asyncio.to_thread(self.sync.run, factory, write=write, conn=conn, after=after)
+
+    async def migrate(self) -> None:
+        await asyncio.to_thread(self.sync.migrate)
+
+    async def close(self) -> None:
+        self.sync.close()
+
+
+class Pool(Generic[C]):
+    """A small blocking LIFO pool for drivers that have none (sqlite3, PyMySQL).
+
+    LIFO keeps the hot connections hot and lets idle ones age out of the server's
+    timeouts unused; connections are opened on demand up to ``size``.
+    """
+
+    def __init__(
+        self, create: Callable[[], C], close: Callable[[C], None], size: int, timeout: float
+    ) -> None:
+        self._create, self._close = create, close
+        self._size, self._timeout = size, timeout
+        self._idle: list[C] = []
+        self._count = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def get(self) -> C:
+        deadline = time.monotonic() + self._timeout
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise BackendError("this leaseq client is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._count < self._size:
+                    self._count += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BackendUnavailable(
+                        f"no free connection after {self._timeout:g} s "
+                        f"(pool_size={self._size}); raise pool_size or hold jobs for less"
+                    )
+                self._cond.wait(left)
+        try:
+            return self._create()
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def put(self, conn: C, broken: bool = False) -> None:
+        with self._cond:
+            if broken or self._closed:
+                self._count -= 1
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+        if broken or self._closed:
+            self._quiet_close(conn)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        for conn in idle:
+            self._quiet_close(conn)
+
+    def _quiet_close(self, conn: C) -> None:
+        try:
+            self._close(conn)
+        except Exception:
+            pass  # a connection that cannot even close is already gone

@@ -1,0 +1,162 @@
+-- SQLite queries. Times are REAL unix seconds in UTC; "now" is the host clock read by SQLite
+-- itself: (julianday('now') - 2440587.5) * 86400.0. Every write runs inside BEGIN IMMEDIATE,
+-- so SQLite serialises writers and no row locks are needed.
+
+-- name: insert_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          available_at, created_at)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
+        COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
+        (julianday('now') - 2440587.5) * 86400.0);
+
+-- name: insert_unique_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          available_at, created_at)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
+        COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
+        (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: find_unique
+SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
+
+-- name: claim_candidates
+SELECT id, priority, available_at FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
+WHERE queue = :queue AND state = 'available'
+  AND available_at <= (julianday('now') - 2440587.5) * 86400.0
+ORDER BY priority DESC, available_at, id
+LIMIT :limit;
+
+-- name: claim_ids
+UPDATE {prefix}jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    worker_id = :worker_id,
+    lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
+    started_at = COALESCE(started_at, (julianday('now') - 2440587.5) * 86400.0)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available'
+RETURNING id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
+          lease_token, lease_until, worker_id, created_at, available_at;
+
+-- name: jobs_by_ids
+SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
+       lease_token, lease_until, worker_id, created_at, available_at
+FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: renew
+UPDATE {prefix}jobs SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :extend
+WHERE id = :id AND lease_token = :token AND state = 'running'
+RETURNING lease_until, cancel_requested;
+
+-- name: lease_of
+SELECT lease_until, cancel_requested FROM {prefix}jobs WHERE id = :id;
+
+-- name: lock_held
+SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
+WHERE id = :id AND lease_token = :token AND state = 'running';
+
+-- name: archive
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at)
+SELECT id, queue, kind, :state, payload, :result,
+       CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
+       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs WHERE id = :id;
+
+-- name: delete_job
+DELETE FROM {prefix}jobs WHERE id = :id;
+
+-- name: to_dead
+UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL,
+       last_error = COALESCE(:error, last_error)
+WHERE id = :id;
+
+-- name: reschedule
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
+    available_at = (julianday('now') - 2440587.5) * 86400.0 + :delay,
+    last_error = COALESCE(:error, last_error)
+WHERE id = :id;
+
+-- name: kick
+UPDATE {prefix}jobs
+SET state = 'available', attempts = 0,
+    available_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
+             ORDER BY id LIMIT :limit);
+
+-- name: retry_job
+UPDATE {prefix}jobs
+SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END, state = 'available',
+    available_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id = :id AND (state = 'dead' OR
+      (state = 'available' AND available_at > (julianday('now') - 2440587.5) * 86400.0));
+
+-- name: lock_idle
+SELECT id FROM {prefix}jobs WHERE id = :id AND state IN ('available', 'dead');
+
+-- name: lock_live
+SELECT state FROM {prefix}jobs WHERE id = :id;
+
+-- name: request_cancel
+UPDATE {prefix}jobs SET cancel_requested = 1 WHERE id = :id;
+
+-- name: history_state
+SELECT state FROM {prefix}history WHERE id = :id;
+
+-- name: state_of
+SELECT CASE WHEN state = 'available'
+             AND available_at > (julianday('now') - 2440587.5) * 86400.0
+            THEN 'scheduled' ELSE state END
+FROM {prefix}jobs WHERE id = :id
+UNION ALL
+SELECT state FROM {prefix}history WHERE id = :id;
+
+-- name: get_live
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs WHERE id = :id;
+
+-- name: get_history
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}history WHERE id = :id;
+
+-- name: live_counts
+SELECT queue,
+       CASE WHEN state = 'available'
+             AND available_at > (julianday('now') - 2440587.5) * 86400.0
+            THEN 'scheduled' ELSE state END AS bucket,
+       COUNT(*)
+FROM {prefix}jobs GROUP BY queue, bucket;
+
+-- name: history_counts
+SELECT queue, state, COUNT(*) FROM {prefix}history GROUP BY queue, state;
+
+-- name: expired_leases
+SELECT id, attempts, max_attempts, cancel_requested FROM {prefix}jobs
+WHERE state = 'running' AND lease_until <= (julianday('now') - 2440587.5) * 86400.0
+ORDER BY lease_until LIMIT :limit;
+
+-- name: reclaim_to_available
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL,
+    available_at = (julianday('now') - 2440587.5) * 86400.0,
+    last_error = 'lease expired'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
+  AND lease_until <= (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: reclaim_to_dead
+UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL, last_error = :error
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
+  AND lease_until <= (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: prune
+DELETE FROM {prefix}history
+WHERE id IN (SELECT id FROM {prefix}history
+             WHERE finished_at < (julianday('now') - 2440587.5) * 86400.0 - :age
+             LIMIT :limit);

@@ -1,0 +1,88 @@
+"""Every error leaseq raises, in one tree.
+
+::
+
+    LeaseqError
+    ├── ValidationError (also ValueError)      bad input; nothing was written
+    │   ├── InvalidQueueName
+    │   ├── InvalidArgument
+    │   ├── PayloadNotSerializable
+    │   └── PayloadTooLarge
+    ├── ConfigurationError                     bad URL, missing driver extra, bad settings
+    ├── JobNotFound (also LookupError)         no live or historical job has this id
+    ├── JobStateError                          the job exists but not in a state that allows it
+    ├── LeaseLost                              the lease token is stale: another holder or no holder
+    ├── JobCancelled                           the job was cancelled while the caller held it
+    └── BackendError                           the database misbehaved
+        ├── BackendUnavailable                 cannot connect, or the connection dropped
+        │   └── AuthenticationFailed           wrong user or password
+        └── SchemaMissing                      tables absent: run ``leaseq migrate``
+
+Driver exceptions never leave leaseq: each backend translates them into this tree where
+they arise, keeping the original as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class LeaseqError(Exception):
+    """Base class of every error leaseq raises."""
+
+
+class ValidationError(LeaseqError, ValueError):
+    """An argument was rejected before anything was written."""
+
+
+class InvalidQueueName(ValidationError):
+    """Queue names are 1-200 characters of ``A-Z a-z 0-9 _ . -``."""
+
+
+class InvalidArgument(ValidationError):
+    """An argument is out of range or of the wrong type."""
+
+
+class PayloadNotSerializable(ValidationError):
+    """The payload (or result) is not plain JSON: dicts with string keys, lists, strings,
+    finite numbers, booleans and None."""
+
+
+class PayloadTooLarge(ValidationError):
+    """The encoded payload (or result) is larger than the configured cap."""
+
+
+class ConfigurationError(LeaseqError):
+    """The URL, settings or installed extras do not allow leaseq to start."""
+
+
+class JobNotFound(LeaseqError, LookupError):
+    """No live or historical job has this id."""
+
+
+class JobStateError(LeaseqError):
+    """The job exists but its state does not allow the operation."""
+
+
+class LeaseLost(LeaseqError):
+    """The lease token is stale: the lease expired and was reclaimed, or the job was
+    re-delivered, finished or removed. Nothing was changed."""
+
+
+class JobCancelled(LeaseqError):
+    """The job was cancelled while it was running; the holder should stop and give it up
+    (``release`` or ``nack`` records it as cancelled)."""
+
+
+class BackendError(LeaseqError):
+    """The storage backend failed."""
+
+
+class BackendUnavailable(BackendError):
+    """The database cannot be reached, or the connection was lost."""
+
+
+class AuthenticationFailed(BackendUnavailable):
+    """The database refused the credentials in the URL."""
+
+
+class SchemaMissing(BackendError):
+    """leaseq's tables do not exist yet: run ``leaseq migrate`` or ``Queue.migrate()``."""
