@@ -73,7 +73,9 @@ def load_queries(package: str, prefix: str, paramstyle: str) -> dict[str, str]:
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2]):
-        sql = body.strip().rstrip(";").replace("{prefix}", prefix)
+        # Comment lines are dropped so that prose in them is never parsed for placeholders.
+        lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
+        sql = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)
         if paramstyle == "pyformat":
             sql = _PARAM.sub(r"%(\1)s", sql)
         queries[name] = sql

@@ -31,11 +31,8 @@ def retry_pause(attempt: int) -> float:
     return random.uniform(0, min(0.5, 0.002 * 2**attempt))
 
 
-class SyncRunner(ABC, Generic[C]):
-    """Runs plans on connections of type ``C`` from a pool."""
-
-    def __init__(self, pool: Pool[C]) -> None:
-        self.pool = pool
+class SyncRunner(ABC):
+    """Runs plans with a synchronous driver: retries and error translation."""
 
     def run(
         self,
@@ -46,7 +43,12 @@ class SyncRunner(ABC, Generic[C]):
         after: Callable[[T], Any] | None = None,
     ) -> Any:
         if conn is not None:
-            result = self.run_in_caller(conn, factory())
+            try:
+                result = self.run_in_caller(conn, factory())
+            except LeaseqError:
+                raise
+            except Exception as exc:
+                raise self.translate(exc) from exc
         else:
             result = self.run_retrying(factory, write)
         return after(result) if after else result
@@ -64,6 +66,33 @@ class SyncRunner(ABC, Generic[C]):
                     time.sleep(retry_pause(attempt))
                     continue
                 raise self.translate(exc) from exc
+
+    @abstractmethod
+    def run_once(self, plan: Plan[T], write: bool) -> T:
+        """Runs the plan in one transaction of a pooled connection."""
+
+    @abstractmethod
+    def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        """Runs the plan inside the caller's own connection and transaction."""
+
+    @abstractmethod
+    def retryable(self, exc: BaseException) -> bool: ...
+
+    @abstractmethod
+    def translate(self, exc: BaseException) -> LeaseqError: ...
+
+    @abstractmethod
+    def migrate(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class PooledSyncRunner(SyncRunner, Generic[C]):
+    """A sync runner over leaseq's own ``Pool`` (drivers without a pool of their own)."""
+
+    def __init__(self, pool: Pool[C]) -> None:
+        self.pool = pool
 
     def run_once(self, plan: Plan[T], write: bool) -> T:
         conn = self.pool.get()
@@ -88,10 +117,6 @@ class SyncRunner(ABC, Generic[C]):
             return False
 
     @abstractmethod
-    def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
-        """Runs the plan inside the caller's own connection and transaction."""
-
-    @abstractmethod
     def begin(self, conn: C, write: bool) -> None: ...
 
     @abstractmethod
@@ -104,16 +129,7 @@ class SyncRunner(ABC, Generic[C]):
     def do_rollback(self, conn: C) -> None: ...
 
     @abstractmethod
-    def retryable(self, exc: BaseException) -> bool: ...
-
-    @abstractmethod
     def is_disconnect(self, exc: BaseException) -> bool: ...
-
-    @abstractmethod
-    def translate(self, exc: BaseException) -> LeaseqError: ...
-
-    @abstractmethod
-    def migrate(self) -> None: ...
 
     def close(self) -> None:
         self.pool.close()
@@ -136,7 +152,12 @@ class AsyncRunner(ABC):
         self, factory: PlanFactory[T], write: bool, conn: Any, after: Callable[[T], Any] | None
     ) -> Any:
         if conn is not None:
-            result = await self.run_in_caller(conn, factory())
+            try:
+                result = await self.run_in_caller(conn, factory())
+            except LeaseqError:
+                raise
+            except Exception as exc:
+                raise self.translate(exc) from exc
         else:
             attempt = 0
             while True:
@@ -186,7 +207,7 @@ class ThreadedAsyncRunner:
     SQLite, where the driver is in-process and one thread hop per operation is cheaper
     than one per statement."""
 
-    def __init__(self, sync: SyncRunner[Any]) -> None:
+    def __init__(self, sync: SyncRunner) -> None:
         self.sync = sync
 
     def run(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -14,7 +13,7 @@ from leaseq._core.settings import Settings
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
-from leaseq.backends._sql.runner import Pool, SyncRunner, ThreadedAsyncRunner
+from leaseq.backends._sql.runner import Pool, PooledSyncRunner, ThreadedAsyncRunner
 from leaseq.errors import (
     BackendError,
     BackendUnavailable,
@@ -42,7 +41,7 @@ class SqliteDialect(Dialect):
         return json.dumps(list(ids))
 
 
-class SqliteRunner(SyncRunner[sqlite3.Connection]):
+class SqliteRunner(PooledSyncRunner[sqlite3.Connection]):
     def __init__(self, path: str, dialect: SqliteDialect, settings: Settings) -> None:
         self.path = path
         self.d = dialect
@@ -90,23 +89,18 @@ class SqliteRunner(SyncRunner[sqlite3.Connection]):
             raise ConfigurationError(
                 f"conn must be a sqlite3.Connection for a SQLite queue, got {type(conn).__name__}"
             )
+        if not conn.in_transaction:
+            # Open the caller's transaction now, so the job commits or rolls back with it.
+            conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SAVEPOINT leaseq")
         try:
-            if not conn.in_transaction:
-                # Open the caller's transaction now, so the job commits or rolls back with it.
-                conn.execute("BEGIN IMMEDIATE")
-            conn.execute("SAVEPOINT leaseq")
-            try:
-                result = drive(plan, lambda stmt: self.execute(conn, stmt))
-            except BaseException:
-                conn.execute("ROLLBACK TO leaseq")
-                conn.execute("RELEASE leaseq")
-                raise
+            result = drive(plan, lambda stmt: self.execute(conn, stmt))
+        except BaseException:
+            conn.execute("ROLLBACK TO leaseq")
             conn.execute("RELEASE leaseq")
-            return result
-        except LeaseqError:
             raise
-        except sqlite3.Error as exc:
-            raise self.translate(exc) from exc
+        conn.execute("RELEASE leaseq")
+        return result
 
     def retryable(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError) and (
@@ -130,25 +124,18 @@ class SqliteRunner(SyncRunner[sqlite3.Connection]):
         return BackendError(f"SQLite database {self.path!r} failed: {text}")
 
     def migrate(self) -> None:
-        prefix = self.d.prefix
+        q = self.d.q
         try:
             conn = self.connect()
             try:
                 conn.execute("BEGIN IMMEDIATE")  # serialises concurrent migrators
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {prefix}migrations "
-                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-                )
-                done = {v for (v,) in conn.execute(f"SELECT version FROM {prefix}migrations")}
-                for version, name, statements in load_migrations(PACKAGE, prefix):
-                    if version in done:
-                        continue
-                    for sql in statements:
-                        conn.execute(sql)
-                    conn.execute(
-                        f"INSERT INTO {prefix}migrations VALUES (?, ?, ?)",
-                        (version, name, time.time()),
-                    )
+                conn.execute(q["migrations_table"])
+                done = {v for (v,) in conn.execute(q["applied_versions"])}
+                for version, name, statements in load_migrations(PACKAGE, self.d.prefix):
+                    if version not in done:
+                        for sql in statements:
+                            conn.execute(sql)
+                        conn.execute(q["record_version"], {"version": version, "name": name})
                 conn.execute("COMMIT")
             finally:
                 conn.close()

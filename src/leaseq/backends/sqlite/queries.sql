@@ -160,3 +160,16 @@ DELETE FROM {prefix}history
 WHERE id IN (SELECT id FROM {prefix}history
              WHERE finished_at < (julianday('now') - 2440587.5) * 86400.0 - :age
              LIMIT :limit);
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS {prefix}migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at REAL    NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0)
+);
+
+-- name: applied_versions
+SELECT version FROM {prefix}migrations;
+
+-- name: record_version
+INSERT INTO {prefix}migrations (version, name) VALUES (:version, :name);

@@ -1,0 +1,240 @@
+"""PostgreSQL over psycopg 3 and psycopg_pool: one pool per client, READ COMMITTED,
+deadlocks and serialization failures retried as whole transactions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from leaseq._core.settings import Settings
+from leaseq.backends._sql.backend import SqlBackend
+from leaseq.backends._sql.ops import Dialect, SqlOps
+from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
+from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
+from leaseq.backends.base import NewJob
+from leaseq.errors import (
+    AuthenticationFailed,
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseqError,
+    SchemaMissing,
+)
+
+T = TypeVar("T")
+PACKAGE = "leaseq.backends.postgres"
+# Retry the whole transaction on these: deadlock, serialization failure, lock not available.
+RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
+             pg_errors.LockNotAvailable)
+
+
+class PostgresDialect(Dialect):
+    name = "postgres"
+    package = PACKAGE
+    paramstyle = "pyformat"
+
+
+class PostgresOps(SqlOps):
+    """PostgreSQL claims a batch and completes a job in one statement each."""
+
+    def claim(
+        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
+    ) -> Plan[list[Any]]:
+        params = {"queues": list(queues), "limit": limit, "lease": lease, "worker_id": worker_id}
+        r = yield Stmt("claim", params)
+        return self.jobs(r.rows, lease)
+
+    def complete(self, job_id: int, token: int, result: str | None) -> Plan[None]:
+        r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})
+        if not r.rows:
+            raise self.lost(job_id, token)
+
+    def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
+        if len(jobs) == 1:
+            return (yield from super().insert_plain(jobs))
+        columns: dict[str, list[Any]] = {
+            "queue": [], "kind": [], "payload": [], "priority": [], "max_attempts": [],
+            "run_at": [], "delay": [],
+        }
+        for job in jobs:
+            for key, values in columns.items():
+                values.append(getattr(job, key))
+        r = yield Stmt("insert_jobs", columns)
+        # Identity values are drawn in ORDER BY order, so ascending ids are input order.
+        return sorted(int(row[0]) for row in r.rows)
+
+
+def execute(conn: psycopg.Connection[Any], queries: dict[str, str], stmt: Stmt) -> Result:
+    cur = conn.execute(queries[stmt.name], stmt.params)  # type: ignore[arg-type]
+    rows = cur.fetchall() if cur.description else []
+    return Result(rows, cur.rowcount)
+
+
+async def aexecute(
+    conn: psycopg.AsyncConnection[Any], queries: dict[str, str], stmt: Stmt
+) -> Result:
+    cur = await conn.execute(queries[stmt.name], stmt.params)  # type: ignore[arg-type]
+    rows = await cur.fetchall() if cur.description else []
+    return Result(rows, cur.rowcount)
+
+
+def retryable(exc: BaseException) -> bool:
+    return isinstance(exc, RETRYABLE)
+
+
+def translate(exc: BaseException, where: str) -> LeaseqError:
+    if isinstance(exc, LeaseqError):
+        return exc
+    if isinstance(exc, pg_errors.UndefinedTable):
+        return SchemaMissing(f"leaseq tables missing in {where} ({exc}): run `leaseq migrate`")
+    if isinstance(exc, (pg_errors.InvalidPassword, pg_errors.InvalidAuthorizationSpecification)):
+        return AuthenticationFailed(f"PostgreSQL at {where} refused the credentials: {exc}")
+    if isinstance(exc, pg_errors.InvalidCatalogName):
+        return ConfigurationError(f"PostgreSQL at {where}: {exc}".strip())
+    if isinstance(exc, psycopg.OperationalError):
+        text = str(exc)
+        if "password authentication failed" in text or "role" in text and "does not exist" in text:
+            return AuthenticationFailed(f"PostgreSQL at {where} refused the credentials: {text}")
+        return BackendUnavailable(f"PostgreSQL at {where} is unavailable: {text}".strip())
+    return BackendError(f"PostgreSQL at {where} failed: {exc}")
+
+
+def caller_mode(conn: Any, kind: type) -> bool:
+    """True when leaseq must wrap its statements in ``conn.transaction()`` itself.
+
+    In the caller's open transaction the statements simply join it. An autocommit
+    connection has no transaction to join, so leaseq makes one (and it commits at once).
+    """
+    if not isinstance(conn, kind):
+        raise ConfigurationError(
+            f"conn must be a {kind.__module__}.{kind.__name__} for a PostgreSQL queue, "
+            f"got {type(conn).__name__}"
+        )
+    return bool(conn.autocommit) or conn.info.transaction_status == TransactionStatus.INTRANS
+
+
+def _where(url: str) -> str:
+    return url.split("@")[-1]
+
+
+class PostgresRunner(SyncRunner):
+    def __init__(self, url: str, dialect: PostgresDialect, settings: Settings) -> None:
+        self.url, self.d = url, dialect
+        self.where = _where(url)
+        try:
+            # Connect once up front: a wrong URL fails here with its real reason, not as a
+            # pool timeout later.
+            psycopg.connect(url, connect_timeout=max(1, int(settings.connect_timeout))).close()
+        except Exception as exc:
+            raise translate(exc, self.where) from exc
+        self.pool = ConnectionPool(url, min_size=1, max_size=settings.pool_size,
+                                   timeout=settings.connect_timeout, open=True,
+                                   kwargs={"autocommit": False}, name="leaseq")
+
+    def run_once(self, plan: Plan[T], write: bool) -> T:
+        with self.pool.connection() as conn:  # commits on success, rolls back on error
+            return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+
+    def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        if caller_mode(conn, psycopg.Connection):
+            with conn.transaction():  # a savepoint inside the caller's transaction
+                return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+        return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+
+    def retryable(self, exc: BaseException) -> bool:
+        return retryable(exc)
+
+    def translate(self, exc: BaseException) -> LeaseqError:
+        return translate(exc, self.where)
+
+    def migrate(self) -> None:
+        q = self.d.q
+        try:
+            with self.pool.connection() as conn:  # DDL is transactional: all or nothing
+                # Racing migrators queue on one advisory lock per table prefix.
+                conn.execute(q["migrate_lock"], {"key": f"leaseq:migrate:{self.d.prefix}"})
+                conn.execute(q["migrations_table"])
+                done = {v for (v,) in conn.execute(q["applied_versions"]).fetchall()}
+                for version, name, statements in load_migrations(PACKAGE, self.d.prefix):
+                    if version not in done:
+                        for sql in statements:
+                            conn.execute(sql)
+                        conn.execute(q["record_version"], {"version": version, "name": name})
+        except LeaseqError:
+            raise
+        except Exception as exc:
+            raise self.translate(exc) from exc
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class AsyncPostgresRunner(AsyncRunner):
+    def __init__(self, url: str, dialect: PostgresDialect, settings: Settings) -> None:
+        self.url, self.d, self.settings = url, dialect, settings
+        self.where = _where(url)
+        self._pool: AsyncConnectionPool | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            # The pool must be opened inside the running event loop, so it opens on first use.
+            self._lock = self._lock or asyncio.Lock()
+            async with self._lock:
+                if self._pool is None:
+                    try:
+                        conn = await psycopg.AsyncConnection.connect(
+                            self.url, connect_timeout=max(1, int(self.settings.connect_timeout))
+                        )
+                        await conn.close()
+                    except Exception as exc:
+                        raise translate(exc, self.where) from exc
+                    pool = AsyncConnectionPool(
+                        self.url, min_size=1, max_size=self.settings.pool_size,
+                        timeout=self.settings.connect_timeout, open=False,
+                        kwargs={"autocommit": False}, name="leaseq-async",
+                    )
+                    await pool.open()
+                    self._pool = pool
+        return self._pool
+
+    async def run_once(self, plan: Plan[T], write: bool) -> T:
+        pool = await self.pool()
+        async with pool.connection() as conn:
+            return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+
+    async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        if caller_mode(conn, psycopg.AsyncConnection):
+            async with conn.transaction():
+                return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+        return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+
+    def retryable(self, exc: BaseException) -> bool:
+        return retryable(exc)
+
+    def translate(self, exc: BaseException) -> LeaseqError:
+        return translate(exc, self.where)
+
+    async def migrate(self) -> None:
+        # DDL is rare and short: run it with the sync code in a thread.
+        runner = PostgresRunner(self.url, self.d, self.settings)
+        try:
+            await asyncio.to_thread(runner.migrate)
+        finally:
+            runner.close()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+
+def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
+    dialect = PostgresDialect(settings.table_prefix)
+    runner: Any = (AsyncPostgresRunner if use_async else PostgresRunner)(url, dialect, settings)
+    return SqlBackend("postgres", PostgresOps(dialect), runner)
