@@ -1,0 +1,354 @@
+"""MySQL 8.0.1+ and MariaDB 10.6+ over PyMySQL (sync) and aiomysql (async).
+
+Sessions run READ COMMITTED. Deadlocks (1213) and lock wait timeouts (1205) are retried
+as whole transactions with jitter and never reach the caller. MySQL has no
+``UPDATE ... RETURNING`` and no reliable way to learn the ids of a multi-row insert under
+``innodb_autoinc_lock_mode=2``, so a batch insert tags its rows (``lease_token`` starts at
+a random tag) and reads the ids back by tag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from leaseq._core.settings import Settings
+from leaseq.backends._sql.backend import SqlBackend
+from leaseq.backends._sql.ops import Dialect, SqlOps
+from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
+from leaseq.backends._sql.runner import AsyncRunner, Pool, PooledSyncRunner
+from leaseq.backends.base import NewJob
+from leaseq.errors import (
+    AuthenticationFailed,
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    LeaseqError,
+    SchemaMissing,
+)
+
+T = TypeVar("T")
+PACKAGE = "leaseq.backends.mysql"
+DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
+DUPLICATE_KEY = 1062
+DISCONNECTS = {2003, 2006, 2013, 2055, 0}
+BATCH_BYTES = 4 * 1024 * 1024  # per multi-row INSERT; stays far below max_allowed_packet
+ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+
+class MysqlDialect(Dialect):
+    name = "mysql"
+    package = PACKAGE
+    paramstyle = "pyformat"
+    returning = False
+
+    def span(self, seconds: float) -> Any:
+        return round(seconds * 1_000_000)
+
+    def ts(self, value: datetime | None) -> Any:
+        return None if value is None else value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def ids(self, ids: Sequence[int]) -> Any:
+        return tuple(ids)
+
+    def row(self, job: NewJob) -> dict[str, Any]:
+        return {**super().row(job), "tag": 0}
+
+
+def code(exc: BaseException) -> int | None:
+    """The MySQL error number of a PyMySQL, aiomysql or mysqlclient exception."""
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def retryable(exc: BaseException) -> bool:
+    return code(exc) in (DEADLOCK, LOCK_WAIT_TIMEOUT)
+
+
+def translate(exc: BaseException, where: str) -> LeaseqError:
+    if isinstance(exc, LeaseqError):
+        return exc
+    number, text = code(exc), str(exc)
+    if number == 1146:
+        return SchemaMissing(f"leaseq tables missing in {where} ({text}): run `leaseq migrate`")
+    if number in (1045, 1044, 1698):
+        return AuthenticationFailed(f"MySQL at {where} refused the credentials: {text}")
+    if number == 1049:
+        return ConfigurationError(f"MySQL at {where}: unknown database ({text})")
+    if number in DISCONNECTS or isinstance(exc, (pymysql.err.OperationalError,
+                                                 pymysql.err.InterfaceError)):
+        return BackendUnavailable(f"MySQL at {where} is unavailable: {text}")
+    return BackendError(f"MySQL at {where} failed: {text}")
+
+
+def multirow(escape: Callable[[Any], Any], sql: str, rows: Sequence[Mapping[str, Any]]
+             ) -> list[tuple[str, int, int]]:
+    """Chunks of one multi-row INSERT each: ``[(sql, row_count, tag), ...]``.
+
+    The VALUES tuple of ``insert_job`` is repeated once per row, every value escaped by
+    the driver (what ``executemany`` does, but with SQL expressions inside VALUES).
+    """
+    head, _, values = sql.partition("VALUES")
+    chunks: list[tuple[str, int, int]] = []
+    parts: list[str] = []
+    size, tag = 0, 0
+    for row in rows:
+        if not parts:
+            tag = secrets.randbits(62) + 1
+        part = values % {k: escape(v) for k, v in {**row, "tag": tag}.items()}
+        parts.append(part)
+        size += len(part)
+        if size >= BATCH_BYTES:
+            chunks.append((head + "VALUES" + ",".join(parts), len(parts), tag))
+            parts, size = [], 0
+    if parts:
+        chunks.append((head + "VALUES" + ",".join(parts), len(parts), tag))
+    return chunks
+
+
+def connect_args(url: str, settings: Settings) -> dict[str, Any]:
+    parts = urlsplit(url)
+    database = unquote(parts.path.lstrip("/"))
+    if not database:
+        raise ConfigurationError(f"{url!r} names no database: use mysql://user@host/dbname")
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": database,
+        "charset": options.get("charset", "utf8mb4"),
+        "autocommit": False,
+        # Affected rows = matched rows, as on PostgreSQL and SQLite.
+        "client_flag": CLIENT.FOUND_ROWS,
+        "connect_timeout": settings.connect_timeout,
+        "init_command": ISOLATION,
+    }
+
+
+def bind(sql: str, params: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """Expand tuple parameters (``IN :ids``) into one placeholder per element, the one
+    place where MySQL statement text depends on the call; every value stays bound."""
+    if not any(isinstance(v, tuple) for v in params.values()):
+        return sql, params
+    flat = dict(params)
+    for key, value in params.items():
+        if isinstance(value, tuple):
+            del flat[key]
+            names = [f"{key}_{i}" for i in range(len(value))]
+            flat.update(zip(names, value))
+            sql = sql.replace(f"%({key})s", "(" + ",".join(f"%({n})s" for n in names) + ")")
+    return sql, flat
+
+
+def check_caller(conn: Any) -> None:
+    module = type(conn).__module__
+    if not (module.startswith(("pymysql", "MySQLdb", "aiomysql")) and hasattr(conn, "cursor")):
+        raise ConfigurationError(
+            f"conn must be a PyMySQL, mysqlclient or aiomysql connection for a MySQL queue, "
+            f"got {type(conn).__name__}"
+        )
+
+
+class MysqlRunner(PooledSyncRunner[Any]):
+    def __init__(self, url: str, dialect: MysqlDialect, settings: Settings) -> None:
+        self.d = dialect
+        self.where = url.split("@")[-1]
+        self.args = connect_args(url, settings)
+        super().__init__(Pool(self.connect, lambda c: c.close(), settings.pool_size,
+                              settings.connect_timeout))
+        self.pool.put(self.pool.get())  # connect now: a bad URL fails here, with its reason
+
+    def connect(self) -> Any:
+        try:
+            return pymysql.connect(**self.args)
+        except Exception as exc:
+            raise translate(exc, self.where) from exc
+
+    def begin(self, conn: Any, write: bool) -> None:
+        conn.begin()
+
+    def execute(self, conn: Any, stmt: Stmt) -> Result:
+        sql = self.d.q[stmt.name]
+        with conn.cursor() as cur:
+            if stmt.many:
+                ids: list[tuple[int]] = []
+                for chunk, _count, tag in multirow(conn.escape, sql, stmt.params):  # type: ignore[arg-type]
+                    cur.execute(chunk)
+                    cur.execute(self.d.q["batch_ids"], {"first": cur.lastrowid, "tag": tag})
+                    ids += cur.fetchall()
+                return Result(ids, len(ids))
+            try:
+                cur.execute(*bind(sql, stmt.params))  # type: ignore[arg-type]
+            except Exception as exc:
+                if stmt.duplicate_ok and code(exc) == DUPLICATE_KEY:
+                    return Result([], 0, duplicate=True)
+                raise
+            rows = list(cur.fetchall()) if cur.description else []
+            return Result(rows, cur.rowcount, cur.lastrowid)
+
+    def commit(self, conn: Any) -> None:
+        conn.commit()
+
+    def do_rollback(self, conn: Any) -> None:
+        conn.rollback()
+
+    def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        check_caller(conn)
+        own = bool(conn.get_autocommit())
+        with conn.cursor() as cur:
+            cur.execute("BEGIN" if own else "SAVEPOINT leaseq")
+            try:
+                result = drive(plan, lambda stmt: self.execute(conn, stmt))
+            except BaseException:
+                cur.execute("ROLLBACK" if own else "ROLLBACK TO SAVEPOINT leaseq")
+                raise
+            cur.execute("COMMIT" if own else "RELEASE SAVEPOINT leaseq")
+        return result
+
+    def retryable(self, exc: BaseException) -> bool:
+        return retryable(exc)
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        return code(exc) in DISCONNECTS or isinstance(exc, pymysql.err.InterfaceError)
+
+    def translate(self, exc: BaseException) -> LeaseqError:
+        return translate(exc, self.where)
+
+    def migrate(self) -> None:
+        q, key = self.d.q, {"key": f"leaseq:migrate:{self.d.prefix}"}
+        conn = self.connect()
+        try:
+            conn.autocommit(True)  # MySQL DDL commits implicitly; the named lock serialises
+            with conn.cursor() as cur:
+                cur.execute(q["migrate_lock"], key)
+                try:
+                    cur.execute(q["migrations_table"])
+                    cur.execute(q["applied_versions"])
+                    done = {v for (v,) in cur.fetchall()}
+                    for version, name, statements in load_migrations(PACKAGE, self.d.prefix):
+                        if version not in done:
+                            for sql in statements:
+                                cur.execute(sql)
+                            cur.execute(q["record_version"], {"version": version, "name": name})
+                finally:
+                    cur.execute(q["migrate_unlock"], key)
+        except LeaseqError:
+            raise
+        except Exception as exc:
+            raise self.translate(exc) from exc
+        finally:
+            conn.close()
+
+
+class AsyncMysqlRunner(AsyncRunner):
+    def __init__(self, url: str, dialect: MysqlDialect, settings: Settings) -> None:
+        self.url, self.d, self.settings = url, dialect, settings
+        self.where = url.split("@")[-1]
+        self.args = connect_args(url, settings)
+        self._pool: Any = None
+        self._lock: asyncio.Lock | None = None
+
+    async def pool(self) -> Any:
+        if self._pool is None:
+            import aiomysql
+
+            # aiomysql pools belong to the event loop that made them: open on first use.
+            self._lock = self._lock or asyncio.Lock()
+            async with self._lock:
+                if self._pool is None:
+                    args = dict(self.args)
+                    args["db"] = args.pop("database")
+                    try:
+                        self._pool = await aiomysql.create_pool(
+                            minsize=1, maxsize=self.settings.pool_size, **args
+                        )
+                    except Exception as exc:
+                        raise translate(exc, self.where) from exc
+        return self._pool
+
+    async def execute(self, conn: Any, stmt: Stmt) -> Result:
+        sql = self.d.q[stmt.name]
+        async with conn.cursor() as cur:
+            if stmt.many:
+                ids: list[tuple[int]] = []
+                for chunk, _count, tag in multirow(conn.escape, sql, stmt.params):  # type: ignore[arg-type]
+                    await cur.execute(chunk)
+                    await cur.execute(self.d.q["batch_ids"], {"first": cur.lastrowid, "tag": tag})
+                    ids += await cur.fetchall()
+                return Result(ids, len(ids))
+            try:
+                await cur.execute(*bind(sql, stmt.params))  # type: ignore[arg-type]
+            except Exception as exc:
+                if stmt.duplicate_ok and code(exc) == DUPLICATE_KEY:
+                    return Result([], 0, duplicate=True)
+                raise
+            rows = list(await cur.fetchall()) if cur.description else []
+            return Result(rows, cur.rowcount, cur.lastrowid)
+
+    async def run_once(self, plan: Plan[T], write: bool) -> T:
+        pool = await self.pool()
+        conn = await pool.acquire()
+        broken = False
+        try:
+            await conn.begin()
+            result = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
+            await conn.commit()
+            return result
+        except BaseException as exc:
+            try:
+                await conn.rollback()
+            except Exception:
+                broken = True
+            broken = broken or code(exc) in DISCONNECTS
+            raise
+        finally:
+            if broken:
+                conn.close()
+            pool.release(conn)
+
+    async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        check_caller(conn)
+        own = bool(conn.get_autocommit())
+        async with conn.cursor() as cur:
+            await cur.execute("BEGIN" if own else "SAVEPOINT leaseq")
+            try:
+                result = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
+            except BaseException:
+                await cur.execute("ROLLBACK" if own else "ROLLBACK TO SAVEPOINT leaseq")
+                raise
+            await cur.execute("COMMIT" if own else "RELEASE SAVEPOINT leaseq")
+        return result
+
+    def retryable(self, exc: BaseException) -> bool:
+        return retryable(exc)
+
+    def translate(self, exc: BaseException) -> LeaseqError:
+        return translate(exc, self.where)
+
+    async def migrate(self) -> None:
+        # DDL is rare and short: run it with the sync code in a thread.
+        runner = MysqlRunner(self.url, self.d, self.settings)
+        try:
+            await asyncio.to_thread(runner.migrate)
+        finally:
+            runner.close()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            await self._pool.wait_closed()
+
+
+def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
+    dialect = MysqlDialect(settings.table_prefix)
+    runner: Any = (AsyncMysqlRunner if use_async else MysqlRunner)(url, dialect, settings)
+    return SqlBackend("mysql", SqlOps(dialect), runner)

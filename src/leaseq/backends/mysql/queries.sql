@@ -1,0 +1,178 @@
+-- MySQL 8.0.1+ / MariaDB 10.6+ queries, one text for both. Sessions run READ COMMITTED
+-- (no gap locks on the claim path). "now" is UTC_TIMESTAMP(6); durations arrive as whole
+-- microseconds. No UPDATE ... RETURNING here: claims re-read the rows they updated.
+
+-- name: insert_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          lease_token, available_at, created_at)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
+        COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
+        UTC_TIMESTAMP(6));
+
+-- name: batch_ids
+SELECT id FROM {prefix}jobs WHERE id >= :first AND lease_token = :tag ORDER BY id;
+
+-- name: insert_unique_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          lease_token, available_at, created_at)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
+        COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
+        UTC_TIMESTAMP(6));
+
+-- name: find_unique
+-- A locking read sees the newest committed twin even in the caller's REPEATABLE READ.
+SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key
+LOCK IN SHARE MODE;
+
+-- name: claim_candidates
+SELECT id, 0 - sort_priority, available_at FROM {prefix}jobs
+WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY sort_priority, available_at, id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: claim_ids
+UPDATE {prefix}jobs
+SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
+    worker_id = :worker_id,
+    lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :lease MICROSECOND),
+    started_at = COALESCE(started_at, UTC_TIMESTAMP(6))
+WHERE id IN :ids AND state = 'available';
+
+-- name: jobs_by_ids
+SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
+       lease_token, lease_until, worker_id, created_at, available_at
+FROM {prefix}jobs WHERE id IN :ids;
+
+-- name: renew
+UPDATE {prefix}jobs
+SET lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :extend MICROSECOND)
+WHERE id = :id AND lease_token = :token AND state = 'running';
+
+-- name: lease_of
+SELECT lease_until, cancel_requested FROM {prefix}jobs WHERE id = :id;
+
+-- name: lock_held
+SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
+WHERE id = :id AND lease_token = :token AND state = 'running'
+FOR UPDATE;
+
+-- name: archive
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at)
+SELECT id, queue, kind, :state, payload, :result,
+       CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
+       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
+       UTC_TIMESTAMP(6)
+FROM {prefix}jobs WHERE id = :id;
+
+-- name: delete_job
+DELETE FROM {prefix}jobs WHERE id = :id;
+
+-- name: to_dead
+UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL,
+       last_error = COALESCE(:error, last_error)
+WHERE id = :id;
+
+-- name: reschedule
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
+    available_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND),
+    last_error = COALESCE(:error, last_error)
+WHERE id = :id;
+
+-- name: kick
+UPDATE {prefix}jobs SET state = 'available', attempts = 0, available_at = UTC_TIMESTAMP(6)
+WHERE queue = :queue AND state = 'dead'
+ORDER BY id LIMIT :limit;
+
+-- name: retry_job
+-- MySQL applies SET assignments left to right, so attempts is set before state changes.
+UPDATE {prefix}jobs
+SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END, state = 'available',
+    available_at = UTC_TIMESTAMP(6)
+WHERE id = :id
+  AND (state = 'dead' OR (state = 'available' AND available_at > UTC_TIMESTAMP(6)));
+
+-- name: lock_idle
+SELECT id FROM {prefix}jobs WHERE id = :id AND state IN ('available', 'dead') FOR UPDATE;
+
+-- name: lock_live
+SELECT state FROM {prefix}jobs WHERE id = :id FOR UPDATE;
+
+-- name: request_cancel
+UPDATE {prefix}jobs SET cancel_requested = 1 WHERE id = :id;
+
+-- name: history_state
+SELECT state FROM {prefix}history WHERE id = :id;
+
+-- name: state_of
+SELECT CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
+            ELSE state END
+FROM {prefix}jobs WHERE id = :id
+UNION ALL
+SELECT state FROM {prefix}history WHERE id = :id;
+
+-- name: get_live
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+       last_error, cancel_requested, UTC_TIMESTAMP(6)
+FROM {prefix}jobs WHERE id = :id;
+
+-- name: get_history
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
+       UTC_TIMESTAMP(6)
+FROM {prefix}history WHERE id = :id;
+
+-- name: live_counts
+SELECT queue,
+       CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
+            ELSE state END AS bucket,
+       COUNT(*)
+FROM {prefix}jobs GROUP BY queue, bucket;
+
+-- name: history_counts
+SELECT queue, state, COUNT(*) FROM {prefix}history GROUP BY queue, state;
+
+-- name: expired_leases
+SELECT id, attempts, max_attempts, cancel_requested FROM {prefix}jobs
+WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)
+ORDER BY lease_until LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: reclaim_to_available
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL, available_at = UTC_TIMESTAMP(6),
+    last_error = 'lease expired'
+WHERE id IN :ids AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6);
+
+-- name: reclaim_to_dead
+UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL, last_error = :error
+WHERE id IN :ids AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6);
+
+-- name: prune
+DELETE FROM {prefix}history
+WHERE finished_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :age MICROSECOND)
+ORDER BY finished_at LIMIT :limit;
+
+-- name: migrate_lock
+SELECT GET_LOCK(:key, 60);
+
+-- name: migrate_unlock
+SELECT RELEASE_LOCK(:key);
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS {prefix}migrations (
+    version    INT          NOT NULL PRIMARY KEY,
+    name       VARCHAR(200) NOT NULL,
+    applied_at DATETIME(6)  NOT NULL
+) ENGINE=InnoDB;
+
+-- name: applied_versions
+SELECT version FROM {prefix}migrations;
+
+-- name: record_version
+INSERT INTO {prefix}migrations (version, name, applied_at)
+VALUES (:version, :name, UTC_TIMESTAMP(6));
