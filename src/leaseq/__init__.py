@@ -30,9 +30,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncQueue",
     "AuthenticationFailed",
-    "Backoff",
     "BackendError",
     "BackendUnavailable",
+    "Backoff",
     "ConfigurationError",
     "EnqueueResult",
     "InvalidArgument",

@@ -114,7 +114,9 @@ class _Shared:
             raise InvalidArgument(f"expected a leaseq.Job from dequeue, got {type(job).__name__}")
         return job.id, job.lease_token
 
-    def _retry_delay(self, job: Job, delay: float | timedelta | None, backoff: Backoff | None) -> float:
+    def _retry_delay(
+        self, job: Job, delay: float | timedelta | None, backoff: Backoff | None
+    ) -> float:
         if delay is None:
             return (backoff or self.settings.backoff).delay(job.attempts)
         if isinstance(delay, timedelta):
@@ -126,6 +128,15 @@ class _Shared:
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
         return v.error_text(error)
+
+    def _result(self, result: object) -> str | None:
+        if result is None:
+            return None
+        return v.encode(result, self.settings.max_payload_bytes, "result")
+
+    @staticmethod
+    def _limit(limit: object) -> int:
+        return v.integer("limit", limit, 1, 10**9)
 
     @staticmethod
     def _job_id(job_id: object) -> int:
@@ -240,7 +251,7 @@ class Queue(_Shared):
         a stale lease raises ``LeaseLost`` so you can roll them back together.
         """
         job_id, token = self._held(job)
-        text = None if result is None else v.encode(result, self.settings.max_payload_bytes, "result")
+        text = self._result(result)
         self._backend.complete(job_id, token, text, conn)
 
     def nack(
@@ -271,7 +282,7 @@ class Queue(_Shared):
     def kick(self, queue: str, *, limit: int = 100) -> int:
         """Make up to ``limit`` dead jobs of ``queue`` available again, oldest first, each
         with a fresh round of attempts. Returns how many."""
-        return self._backend.kick(v.queue_name(queue), v.integer("limit", limit, 1, 10**9))
+        return self._backend.kick(v.queue_name(queue), self._limit(limit))
 
     def retry(self, job_id: int) -> None:
         """Make a dead or scheduled job available now."""
@@ -299,7 +310,7 @@ class Queue(_Shared):
     def reclaim(self, *, limit: int = 1000) -> int:
         """Return up to ``limit`` jobs whose lease expired to the queue (or to dead when
         their attempts are used up). Returns how many."""
-        return self._backend.reclaim(v.integer("limit", limit, 1, 10**9))
+        return self._backend.reclaim(self._limit(limit))
 
     def prune(self, *, older_than: timedelta | float) -> int:
         """Delete history rows that finished more than ``older_than`` ago."""
@@ -382,7 +393,7 @@ class AsyncQueue(_Shared):
     async def ack(self, job: Job, result: Any = None, *, conn: Any = None) -> None:
         """See ``Queue.ack``."""
         job_id, token = self._held(job)
-        text = None if result is None else v.encode(result, self.settings.max_payload_bytes, "result")
+        text = self._result(result)
         await self._backend.complete(job_id, token, text, conn)
 
     async def nack(
@@ -410,7 +421,7 @@ class AsyncQueue(_Shared):
 
     async def kick(self, queue: str, *, limit: int = 100) -> int:
         """See ``Queue.kick``."""
-        return await self._backend.kick(v.queue_name(queue), v.integer("limit", limit, 1, 10**9))
+        return await self._backend.kick(v.queue_name(queue), self._limit(limit))
 
     async def retry(self, job_id: int) -> None:
         """See ``Queue.retry``."""
@@ -434,7 +445,7 @@ class AsyncQueue(_Shared):
 
     async def reclaim(self, *, limit: int = 1000) -> int:
         """See ``Queue.reclaim``."""
-        return await self._backend.reclaim(v.integer("limit", limit, 1, 10**9))
+        return await self._backend.reclaim(self._limit(limit))
 
     async def prune(self, *, older_than: timedelta | float) -> int:
         """See ``Queue.prune``."""

@@ -50,9 +50,7 @@ def _memory(url: str, use_async: bool) -> Any:
 
     name = url.split("://", 1)[1]
     with _memory_lock:
-        if not name:
-            store = MemoryBackend()  # memory:// alone: a private store per client
-        else:
-            # memory://name: clients in one process that name the same store share it.
-            store = _memory_stores.setdefault(name, MemoryBackend())
+        # memory:// alone is a private store per client; memory://name is shared by every
+        # client in the process that names it.
+        store = _memory_stores.setdefault(name, MemoryBackend()) if name else MemoryBackend()
     return AsyncMemoryBackend(store) if use_async else store

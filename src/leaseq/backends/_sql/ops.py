@@ -86,7 +86,7 @@ class SqlOps:
         plain = [i for i, job in enumerate(jobs) if job.unique_key is None]
         if plain:
             ids = yield from self.insert_plain([jobs[i] for i in plain])
-            for i, job_id in zip(plain, ids):
+            for i, job_id in zip(plain, ids, strict=True):
                 results[i] = EnqueueResult(job_id, True)
         for i, job in enumerate(jobs):
             if job.unique_key is not None:

@@ -72,7 +72,7 @@ def load_queries(package: str, prefix: str, paramstyle: str) -> dict[str, str]:
     text = resources.files(package).joinpath("queries.sql").read_text("utf-8")
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         # Comment lines are dropped so that prose in them is never parsed for placeholders.
         lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
         sql = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)

@@ -10,6 +10,7 @@ works over either kind: it returns whatever ``run`` returns, a value or an await
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
@@ -290,7 +291,5 @@ class Pool(Generic[C]):
             self._quiet_close(conn)
 
     def _quiet_close(self, conn: C) -> None:
-        try:
+        with contextlib.suppress(Exception):  # one that cannot even close is already gone
             self._close(conn)
-        except Exception:
-            pass  # a connection that cannot even close is already gone

@@ -144,7 +144,7 @@ def bind(sql: str, params: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
         if isinstance(value, tuple):
             del flat[key]
             names = [f"{key}_{i}" for i in range(len(value))]
-            flat.update(zip(names, value))
+            flat.update(zip(names, value, strict=True))
             sql = sql.replace(f"%({key})s", "(" + ",".join(f"%({n})s" for n in names) + ")")
     return sql, flat
 

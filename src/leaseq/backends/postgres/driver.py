@@ -71,7 +71,7 @@ class PostgresOps(SqlOps):
 
 
 def execute(conn: psycopg.Connection[Any], queries: dict[str, str], stmt: Stmt) -> Result:
-    cur = conn.execute(queries[stmt.name], stmt.params)  # type: ignore[arg-type]
+    cur = conn.execute(queries[stmt.name], stmt.params)
     rows = cur.fetchall() if cur.description else []
     return Result(rows, cur.rowcount)
 
@@ -79,7 +79,7 @@ def execute(conn: psycopg.Connection[Any], queries: dict[str, str], stmt: Stmt) 
 async def aexecute(
     conn: psycopg.AsyncConnection[Any], queries: dict[str, str], stmt: Stmt
 ) -> Result:
-    cur = await conn.execute(queries[stmt.name], stmt.params)  # type: ignore[arg-type]
+    cur = await conn.execute(queries[stmt.name], stmt.params)
     rows = await cur.fetchall() if cur.description else []
     return Result(rows, cur.rowcount)
 
@@ -99,13 +99,15 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
         return ConfigurationError(f"PostgreSQL at {where}: {exc}".strip())
     if isinstance(exc, psycopg.OperationalError):
         text = str(exc)
-        if "password authentication failed" in text or "role" in text and "does not exist" in text:
+        if "password authentication failed" in text or (
+            "role" in text and "does not exist" in text
+        ):
             return AuthenticationFailed(f"PostgreSQL at {where} refused the credentials: {text}")
         return BackendUnavailable(f"PostgreSQL at {where} is unavailable: {text}".strip())
     return BackendError(f"PostgreSQL at {where} failed: {exc}")
 
 
-def caller_mode(conn: Any, kind: type) -> bool:
+def caller_mode(conn: Any, kind: type[Any]) -> bool:
     """True when leaseq must wrap its statements in ``conn.transaction()`` itself.
 
     In the caller's open transaction the statements simply join it. An autocommit

@@ -159,4 +159,5 @@ def sqlite_path(url: str) -> str:
 def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
     dialect = SqliteDialect(settings.table_prefix)
     runner = SqliteRunner(sqlite_path(url), dialect, settings)
-    return SqlBackend("sqlite", SqlOps(dialect), ThreadedAsyncRunner(runner) if use_async else runner)
+    face: Any = ThreadedAsyncRunner(runner) if use_async else runner
+    return SqlBackend("sqlite", SqlOps(dialect), face)

@@ -1,0 +1,53 @@
+"""Fixtures: every test that takes ``q`` runs once per backend, on fresh tables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+import leaseq
+from tests.helpers import BACKENDS, backend_url, drop_tables, new_prefix, reachable
+
+_unreachable: dict[str, str | None] = {}
+
+
+def require(backend: str) -> None:
+    """Skip (or, in CI, fail) when the backend's server is not there."""
+    if backend not in _unreachable:
+        _unreachable[backend] = reachable(backend)
+    why = _unreachable[backend]
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} (CI=true: an unreachable database fails the run)")
+        pytest.skip(why)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    require(name)
+    return name
+
+
+@pytest.fixture
+def prefix() -> str:
+    return new_prefix()
+
+
+@pytest.fixture
+def url(backend: str, tmp_path: object) -> str:
+    return backend_url(backend, str(tmp_path))
+
+
+@pytest.fixture
+def q(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
+    """A migrated Queue on fresh tables; inline reclaim off so tests decide when."""
+    queue = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
+    queue.migrate()
+    try:
+        yield queue
+    finally:
+        queue.close()
+        drop_tables(backend, prefix)

@@ -1,0 +1,90 @@
+"""Test plumbing shared by every test module: backend URLs, isolation, waiting."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+T = TypeVar("T")
+
+POSTGRES_URL = os.environ.get("LEASEQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("LEASEQ_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
+SQL_BACKENDS = ["sqlite", "postgres", "mysql"]
+BACKENDS = ["memory", *SQL_BACKENDS]
+
+
+def new_prefix() -> str:
+    """A table prefix (or key prefix) no other test run uses."""
+    return f"t{secrets.token_hex(4)}_"
+
+
+def backend_url(backend: str, tmp_dir: str) -> str:
+    if backend == "memory":
+        return f"memory://{secrets.token_hex(4)}"
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_dir}/leaseq.db"
+    if backend == "postgres":
+        return POSTGRES_URL
+    if backend == "mysql":
+        return MYSQL_URL
+    raise ValueError(backend)
+
+
+def reachable(backend: str) -> str | None:
+    """None when the backend's server answers, else why not."""
+    try:
+        if backend == "postgres":
+            import psycopg
+
+            psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+        elif backend == "mysql":
+            import pymysql
+
+            parts = urlsplit(MYSQL_URL)
+            pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
+                            password=parts.password or "", database=parts.path.lstrip("/"),
+                            connect_timeout=3).close()
+    except Exception as exc:
+        return f"{backend} unreachable: {exc}"
+    return None
+
+
+def drop_tables(backend: str, prefix: str) -> None:
+    """Remove the tables a test created under ``prefix``."""
+    tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations")]
+    if backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            for t in tables:
+                conn.execute(f"DROP TABLE IF EXISTS {t}")
+    elif backend == "mysql":
+        import pymysql
+
+        parts = urlsplit(MYSQL_URL)
+        conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306,
+                               user=parts.username, password=parts.password or "",
+                               database=parts.path.lstrip("/"), autocommit=True)
+        with conn.cursor() as cur:
+            for t in tables:
+                cur.execute(f"DROP TABLE IF EXISTS {t}")
+        conn.close()
+
+
+def wait_for(
+    condition: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02,
+    message: str = "condition",
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)

@@ -1,0 +1,136 @@
+"""The claim query is served by one index on every SQL dialect (SPEC, "Hot-path shape").
+
+Each test loads a few thousand jobs in three queues (some scheduled, some running), lets
+the database gather statistics, and reads the plan of the statement that locks and picks
+jobs. A sequential scan, or a sort of the jobs table, fails the test: under
+``FOR UPDATE`` a filesort on MySQL locks every row it reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import leaseq
+from tests.conftest import require
+from tests.helpers import MYSQL_URL, POSTGRES_URL, drop_tables, new_prefix
+
+JOBS = 6000
+
+
+def load(q: leaseq.Queue) -> None:
+    items = [
+        {"queue": f"q{i % 3}", "payload": i, "priority": i % 4, "delay": 3600 if i % 5 == 0 else 0}
+        for i in range(JOBS)
+    ]
+    for start in range(0, JOBS, 1000):
+        q.enqueue_many(items[start:start + 1000])
+    q.dequeue(["q0", "q1"], lease=600, limit=200)
+
+
+@pytest.fixture
+def loaded(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[tuple[str, str, str]]:
+    backend = request.param
+    require(backend)
+    prefix = new_prefix()
+    url = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL,
+           "sqlite": f"sqlite:///{tmp_path}/plan.db"}[backend]
+    q = leaseq.connect(url, table_prefix=prefix)
+    q.migrate()
+    load(q)
+    q.close()
+    try:
+        yield backend, url, prefix
+    finally:
+        drop_tables(backend, prefix)
+
+
+def nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every node of a JSON plan tree (PostgreSQL or MySQL format)."""
+    if isinstance(plan, dict):
+        yield plan
+        for value in plan.values():
+            yield from nodes(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            yield from nodes(value)
+
+
+@pytest.mark.parametrize("loaded", ["postgres"], indirect=True)
+def test_postgres_claim_uses_the_claim_index(loaded: tuple[str, str, str]) -> None:
+    import psycopg
+
+    from leaseq.backends.postgres.driver import PostgresDialect
+
+    _, url, prefix = loaded
+    sql = PostgresDialect(prefix).q["claim"]
+    params = {"queues": ["q0", "q1"], "limit": 10, "lease": 30.0, "worker_id": "w"}
+    with psycopg.connect(url) as conn:
+        conn.execute(f"ANALYZE {prefix}jobs")
+        plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]  # type: ignore[index]
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == f"{prefix}jobs"]
+    text = json.dumps(plan)
+    assert scans, text
+    assert not [n for n in scans if n["Node Type"] == "Seq Scan"], text
+    probe = [n for n in scans if n.get("Index Name") == f"{prefix}jobs_claim"]
+    assert probe and probe[0]["Node Type"] in ("Index Scan", "Index Only Scan"), text
+    # The only sort allowed merges the per-queue candidate lists, never the table itself.
+    for sort in (n for n in nodes(plan) if n.get("Node Type") == "Sort"):
+        below = [m for m in nodes(sort.get("Plans", [])) if m.get("Relation Name")]
+        assert all(m.get("Index Name") == f"{prefix}jobs_claim" for m in below), text
+
+
+@pytest.mark.parametrize("loaded", ["mysql"], indirect=True)
+def test_mysql_claim_candidates_use_the_claim_index_without_filesort(
+    loaded: tuple[str, str, str],
+) -> None:
+    import pymysql
+
+    from leaseq.backends.mysql.driver import MysqlDialect
+
+    _, url, prefix = loaded
+    sql = MysqlDialect(prefix).q["claim_candidates"]
+    parts = urlsplit(url)
+    conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
+                           password=parts.password or "", database=parts.path.lstrip("/"))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"ANALYZE TABLE {prefix}jobs")
+            cur.fetchall()
+            cur.execute("EXPLAIN FORMAT=JSON " + sql, {"queue": "q0", "limit": 10})
+            plan = json.loads(cur.fetchone()[0])
+    finally:
+        conn.close()
+    text = json.dumps(plan)
+    tables = [n for n in nodes(plan) if n.get("table_name") == f"{prefix}jobs"]
+    assert tables, text
+    assert all(t.get("key") == f"{prefix}jobs_claim" for t in tables), text
+    assert all(t.get("access_type") != "ALL" for t in tables), text
+    assert "filesort" not in text, text
+
+
+@pytest.mark.parametrize("loaded", ["sqlite"], indirect=True)
+def test_sqlite_claim_uses_the_claim_index_without_sorting(loaded: tuple[str, str, str]) -> None:
+    from leaseq.backends.sqlite.driver import SqliteDialect
+
+    _, url, prefix = loaded
+    q = SqliteDialect(prefix).q
+    conn = sqlite3.connect(url.split("sqlite:///", 1)[1])
+    try:
+        conn.execute("ANALYZE")
+        candidates = conn.execute("EXPLAIN QUERY PLAN " + q["claim_candidates"],
+                                  {"queue": "q0", "limit": 10}).fetchall()
+        claim = conn.execute("EXPLAIN QUERY PLAN " + q["claim_ids"],
+                             {"ids": "[1,2]", "lease": 30.0, "worker_id": "w"}).fetchall()
+    finally:
+        conn.close()
+    detail = [row[-1] for row in candidates]
+    assert any(f"USING INDEX {prefix}jobs_claim" in d for d in detail), detail
+    assert not any("TEMP B-TREE" in d or d.startswith("SCAN") for d in detail), detail
+    detail = [row[-1] for row in claim]
+    assert not any(d.startswith(f"SCAN {prefix}jobs") for d in detail), detail

@@ -1,0 +1,57 @@
+"""Cheap guards: __all__ is complete and sorted, the two clients do not drift, the
+examples run, every public name has a docstring."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import leaseq
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert leaseq.__all__ == sorted(leaseq.__all__)
+    public = {n for n in vars(leaseq) if not n.startswith("_")} - {"errors", "backends", "cli"}
+    assert public == set(leaseq.__all__)
+
+
+def test_queue_and_async_queue_share_methods_and_signatures() -> None:
+    def methods(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(fn)
+            for name, fn in vars(cls).items()
+            if callable(fn) and not name.startswith("_")
+        }
+
+    sync, aio = methods(leaseq.Queue), methods(leaseq.AsyncQueue)
+    assert sync.keys() == aio.keys()
+    for name, sig in sync.items():
+        assert [str(p) for p in sig.parameters.values()] == [
+            str(p) for p in aio[name].parameters.values()
+        ], name
+        assert inspect.iscoroutinefunction(getattr(leaseq.AsyncQueue, name)), name
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in leaseq.__all__:
+        obj = getattr(leaseq, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__doc__, name
+            for meth_name, meth in vars(obj).items():
+                if inspect.isfunction(meth) and not meth_name.startswith("_"):
+                    assert meth.__doc__, f"{name}.{meth_name}"
+
+
+def test_examples_run(tmp_path: Path) -> None:
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        done = subprocess.run(
+            [sys.executable, str(example)], cwd=tmp_path, capture_output=True, text=True,
+            timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
+        assert done.returncode == 0, f"{example.name}:\n{done.stdout}\n{done.stderr}"
+        assert done.stdout.strip(), example.name
