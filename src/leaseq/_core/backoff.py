@@ -33,8 +33,8 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """The delay in seconds before retrying after failed attempt number ``attempt``."""
-        exponent = max(0, attempt - 1)
-        # 2**exponent overflows floats past ~1024; the cap is reached long before that.
-        raw = self.cap if exponent >= 64 else min(self.cap, self.base * 2.0**exponent)
+        # 2**n overflows a float past n=1023; any cap is reached long before n=64.
+        exponent = min(max(0, attempt - 1), 64)
+        raw = min(self.cap, self.base * 2.0**exponent)
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
         return raw * spread

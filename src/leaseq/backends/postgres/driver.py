@@ -99,10 +99,13 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
         return ConfigurationError(f"PostgreSQL at {where}: {exc}".strip())
     if isinstance(exc, psycopg.OperationalError):
         text = str(exc)
+        # Connection failures carry no SQLSTATE; the server's message says which it is.
         if "password authentication failed" in text or (
             "role" in text and "does not exist" in text
         ):
             return AuthenticationFailed(f"PostgreSQL at {where} refused the credentials: {text}")
+        if "database" in text and "does not exist" in text:
+            return ConfigurationError(f"PostgreSQL at {where}: unknown database ({text})")
         return BackendUnavailable(f"PostgreSQL at {where} is unavailable: {text}".strip())
     return BackendError(f"PostgreSQL at {where} failed: {exc}")
 
