@@ -34,15 +34,32 @@ def queue_name(name: object) -> str:
 def queue_names(names: str | Sequence[str]) -> list[str]:
     if isinstance(names, str):
         names = [names]
+    if not isinstance(names, (list, tuple)):
+        raise InvalidQueueName(f"queues must be a queue name or a list of them, got {names!r}")
     checked = list(dict.fromkeys(queue_name(n) for n in names))
     if not checked:
         raise InvalidQueueName("name at least one queue to dequeue from")
     return checked
 
 
+def _string_keys(value: Any, depth: int = 0) -> None:
+    """JSON would silently turn ``{1: "a"}`` into ``{"1": "a"}``: refuse such keys."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"dict key {key!r} is not a string")
+            if isinstance(item, (dict, list)):
+                _string_keys(item, depth + 1)
+    elif isinstance(value, list) and depth < 500:  # json.dumps reports deeper nesting
+        for item in value:
+            if isinstance(item, (dict, list)):
+                _string_keys(item, depth + 1)
+
+
 def encode(value: Any, cap: int, what: str = "payload") -> str:
     """Encode to compact JSON, refusing what would not come back as it went in."""
     try:
+        _string_keys(value)
         text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         size = len(text.encode("utf-8"))
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:

@@ -40,8 +40,9 @@ SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
 WHERE id IN :ids AND state = 'available';
 
 -- name: jobs_by_ids
-SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-       lease_token, lease_until, worker_id, created_at, available_at
+SELECT id, queue, kind, payload, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), lease_token, lease_until, worker_id, created_at,
+       available_at
 FROM {prefix}jobs WHERE id IN :ids;
 
 -- name: renew
@@ -63,8 +64,8 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              started_at, finished_at)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
-       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6)
+       priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
+       created_at, started_at, UTC_TIMESTAMP(6)
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -115,8 +116,9 @@ UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
 -- name: get_live
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
+       started_at, NULL, NULL,
        last_error, cancel_requested, UTC_TIMESTAMP(6)
 FROM {prefix}jobs WHERE id = :id;
 

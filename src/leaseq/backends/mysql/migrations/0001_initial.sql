@@ -1,7 +1,8 @@
 -- leaseq schema v1 for MySQL 8.0.1+ and MariaDB 10.6+ (one text for both).
 -- Times are DATETIME(6) in UTC, written with UTC_TIMESTAMP(6) so the session time zone
--- never matters. Names and keys use utf8mb4_bin: compared byte for byte, as on the other
--- backends ('A' <> 'a', trailing spaces count).
+-- never matters. Text uses utf8mb4_bin, so 'A' <> 'a' as on the other backends; unique keys
+-- are VARBINARY because utf8mb4_bin still ignores trailing spaces ('k' = 'k ') and no NO PAD
+-- collation has the same name on MySQL 8 and MariaDB.
 CREATE TABLE {prefix}jobs (
     id               BIGINT       NOT NULL AUTO_INCREMENT,
     queue            VARCHAR(200) NOT NULL,
@@ -15,7 +16,7 @@ CREATE TABLE {prefix}jobs (
     state            VARCHAR(16)  NOT NULL DEFAULT 'available',
     attempts         INT          NOT NULL DEFAULT 0,
     max_attempts     INT          NOT NULL,
-    unique_key       VARCHAR(255) NULL,
+    unique_key       VARBINARY(1020) NULL,  -- 255 characters of up to 4 bytes
     lease_token      BIGINT       NOT NULL DEFAULT 0,
     lease_until      DATETIME(6)  NULL,
     worker_id        VARCHAR(200) NULL,
