@@ -55,7 +55,7 @@ def reachable(backend: str) -> str | None:
 
 def drop_tables(backend: str, prefix: str) -> None:
     """Remove the tables a test created under ``prefix``."""
-    tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations")]
+    tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues")]
     if backend == "postgres":
         import psycopg
 

@@ -16,7 +16,15 @@ from typing import Any
 
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.job import (
+    LIVE_STATES,
+    TERMINAL_STATES,
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    QueueStats,
+)
 from leaseq._core.settings import Settings
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewJob
@@ -141,6 +149,22 @@ class _Shared:
     @staticmethod
     def _job_id(job_id: object) -> int:
         return v.integer("job_id", job_id, 1, 2**63 - 1)
+
+    @staticmethod
+    def _listing(
+        queue: str | None, state: object, limit: object, after: object
+    ) -> tuple[str | None, JobState | None, int, int]:
+        if state is not None and state not in (*LIVE_STATES, *TERMINAL_STATES):
+            raise InvalidArgument(
+                f"state must be one of {', '.join((*LIVE_STATES, *TERMINAL_STATES))}, "
+                f"got {state!r}"
+            )
+        return (
+            None if queue is None else v.queue_name(queue),
+            state,
+            v.integer("limit", limit, 1, 10_000),
+            v.integer("after", after, 0, 2**63 - 1),
+        )
 
     @staticmethod
     def _age(older_than: timedelta | float) -> float:
@@ -307,6 +331,31 @@ class Queue(_Shared):
         discarded (and ``failed``)."""
         return self._backend.stats()
 
+    def jobs(
+        self,
+        queue: str | None = None,
+        *,
+        state: JobState | None = None,
+        limit: int = 100,
+        after: int = 0,
+    ) -> list[JobInfo]:
+        """List jobs, live and historical, in id order: those with id > ``after``,
+        optionally of one queue and one state. Page with ``after=<last id seen>``."""
+        return self._backend.list_jobs(*self._listing(queue, state, limit, after))
+
+    def pause(self, queue: str) -> None:
+        """Stop handing out jobs of ``queue`` (to every worker and ``dequeue``) until
+        ``resume``. Enqueueing still works."""
+        self._backend.set_paused(v.queue_name(queue), True)
+
+    def resume(self, queue: str) -> None:
+        """Hand out jobs of a paused queue again."""
+        self._backend.set_paused(v.queue_name(queue), False)
+
+    def paused(self) -> list[str]:
+        """Names of the paused queues."""
+        return self._backend.paused()
+
     def reclaim(self, *, limit: int = 1000) -> int:
         """Return up to ``limit`` jobs whose lease expired to the queue (or to dead when
         their attempts are used up). Returns how many."""
@@ -442,6 +491,29 @@ class AsyncQueue(_Shared):
     async def stats(self) -> dict[str, QueueStats]:
         """See ``Queue.stats``."""
         return await self._backend.stats()
+
+    async def jobs(
+        self,
+        queue: str | None = None,
+        *,
+        state: JobState | None = None,
+        limit: int = 100,
+        after: int = 0,
+    ) -> list[JobInfo]:
+        """See ``Queue.jobs``."""
+        return await self._backend.list_jobs(*self._listing(queue, state, limit, after))
+
+    async def pause(self, queue: str) -> None:
+        """See ``Queue.pause``."""
+        await self._backend.set_paused(v.queue_name(queue), True)
+
+    async def resume(self, queue: str) -> None:
+        """See ``Queue.resume``."""
+        await self._backend.set_paused(v.queue_name(queue), False)
+
+    async def paused(self) -> list[str]:
+        """See ``Queue.paused``."""
+        return await self._backend.paused()
 
     async def reclaim(self, *, limit: int = 1000) -> int:
         """See ``Queue.reclaim``."""

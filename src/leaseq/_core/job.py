@@ -99,7 +99,8 @@ class JobInfo:
 class QueueStats:
     """Counts for one queue. Live: available, scheduled, running, dead. History:
     completed, cancelled, discarded. ``failed`` is the number of jobs that left the
-    queue without completing because they gave up (discarded)."""
+    queue without completing because they gave up (discarded). ``paused`` is True while
+    workers skip the queue."""
 
     queue: str
     available: int = 0
@@ -109,13 +110,14 @@ class QueueStats:
     completed: int = 0
     cancelled: int = 0
     discarded: int = 0
+    paused: bool = False
 
     @property
     def failed(self) -> int:
         """Jobs that ended without completing after giving up (discarded)."""
         return self.discarded
 
-    def as_dict(self) -> dict[str, int | str]:
+    def as_dict(self) -> dict[str, int | str | bool]:
         """The counts as a plain dict (for JSON output)."""
         return {
             "queue": self.queue,
@@ -127,4 +129,5 @@ class QueueStats:
             "cancelled": self.cancelled,
             "discarded": self.discarded,
             "failed": self.failed,
+            "paused": self.paused,
         }

@@ -50,8 +50,9 @@ class Backend(Protocol):
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float, limit: int
     ) -> list[Job]:
-        """available → running for up to ``limit`` due jobs, by priority desc,
-        available_at, id; attempts + 1; a fresh lease token each."""
+        """available → running for up to ``limit`` due jobs of queues that are not
+        paused, by priority desc, available_at, id; attempts + 1; a fresh lease token
+        each."""
 
     def renew(self, job_id: int, token: int, extend: float) -> datetime:
         """running → running with ``lease_until = now + extend``. Raises
@@ -90,6 +91,18 @@ class Backend(Protocol):
     def stats(self) -> dict[str, QueueStats]:
         """Counts per queue, live and historical."""
 
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
+        """Live and historical jobs with id > ``after``, by id, optionally of one queue
+        and one state; at most ``limit``."""
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pauses (every claim skips the queue) or resumes a queue."""
+
+    def paused(self) -> list[str]:
+        """Names of the paused queues."""
+
     def reclaim(self, limit: int) -> int:
         """running with an expired lease → available (the attempt stays counted); → dead
         when attempts are used up; → cancelled when a cancel was requested."""
@@ -125,6 +138,11 @@ class AsyncBackend(Protocol):
     async def cancel(self, job_id: int) -> JobState: ...
     async def get(self, job_id: int) -> JobInfo: ...
     async def stats(self) -> dict[str, QueueStats]: ...
+    async def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]: ...
+    async def set_paused(self, queue: str, paused: bool) -> None: ...
+    async def paused(self) -> list[str]: ...
     async def reclaim(self, limit: int) -> int: ...
     async def prune(self, older_than: float) -> int: ...
     async def close(self) -> None: ...

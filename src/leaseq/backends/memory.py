@@ -60,6 +60,7 @@ class MemoryBackend:
         self.live: dict[int, _Row] = {}
         self.history: dict[int, _Row] = {}
         self.unique: dict[tuple[str, str], int] = {}
+        self.paused_queues: set[str] = set()
         self.next_id = 1
 
     def migrate(self) -> None:
@@ -92,7 +93,7 @@ class MemoryBackend:
     def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> list[Job]:
         with self.lock:
             now = self.clock()
-            wanted = set(queues)
+            wanted = set(queues) - self.paused_queues
             due = (r for r in self.live.values()
                    if r.state == "available" and r.queue in wanted and r.available_at <= now)
             picked = heapq.nsmallest(limit, due, key=lambda r: (-r.priority, r.available_at, r.id))
@@ -236,26 +237,51 @@ class MemoryBackend:
             r = self.live.get(job_id) or self.history.get(job_id)
             if r is None:
                 raise JobNotFound(f"no job with id {job_id}")
-            live = r.finished_at is None
-            return JobInfo(
-                id=r.id, queue=r.queue, kind=r.kind, state=self._state(r),
-                payload=decode(r.payload), priority=r.priority, attempts=r.attempts,
-                max_attempts=r.max_attempts, unique_key=r.unique_key,
-                available_at=_dt(r.available_at) if live else None,
-                lease_until=_dt(r.lease_until), worker_id=r.worker_id,
-                created_at=_dt(r.created_at), started_at=_dt(r.started_at),  # type: ignore[arg-type]
-                finished_at=_dt(r.finished_at), result=decode(r.result), error=r.error,
-                cancel_requested=r.cancel_requested,
-            )
+            return self._info(r)
+
+    def _info(self, r: _Row) -> JobInfo:
+        live = r.finished_at is None
+        return JobInfo(
+            id=r.id, queue=r.queue, kind=r.kind, state=self._state(r),
+            payload=decode(r.payload), priority=r.priority, attempts=r.attempts,
+            max_attempts=r.max_attempts, unique_key=r.unique_key,
+            available_at=_dt(r.available_at) if live else None,
+            lease_until=_dt(r.lease_until), worker_id=r.worker_id,
+            created_at=_dt(r.created_at), started_at=_dt(r.started_at),  # type: ignore[arg-type]
+            finished_at=_dt(r.finished_at), result=decode(r.result), error=r.error,
+            cancel_requested=r.cancel_requested,
+        )
 
     def stats(self) -> dict[str, QueueStats]:
         with self.lock:
-            counts: dict[str, dict[str, int]] = {}
+            counts: dict[str, dict[str, Any]] = {}
             for r in [*self.live.values(), *self.history.values()]:
                 c = counts.setdefault(r.queue, {})
                 state = self._state(r)
                 c[state] = c.get(state, 0) + 1
+            for queue in self.paused_queues:
+                counts.setdefault(queue, {})["paused"] = True
             return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
+
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
+        with self.lock:
+            rows = sorted(
+                (r for r in [*self.live.values(), *self.history.values()]
+                 if r.id > after and (queue is None or r.queue == queue)
+                 and (state is None or self._state(r) == state)),
+                key=lambda r: r.id,
+            )
+            return [self._info(r) for r in rows[:limit]]
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        with self.lock:
+            (self.paused_queues.add if paused else self.paused_queues.discard)(queue)
+
+    def paused(self) -> list[str]:
+        with self.lock:
+            return sorted(self.paused_queues)
 
     def reclaim(self, limit: int) -> int:
         with self.lock:

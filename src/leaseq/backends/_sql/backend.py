@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from leaseq._core.job import JobState
 from leaseq.backends._sql.ops import SqlOps
 from leaseq.backends.base import NewJob
 from leaseq.errors import JobCancelled
@@ -76,6 +77,17 @@ class SqlBackend:
 
     def stats(self) -> Any:
         return self.runner.run(self.ops.stats, write=False)
+
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.list_jobs(queue, state, limit, after), write=False)
+
+    def set_paused(self, queue: str, paused: bool) -> Any:
+        return self.runner.run(lambda: self.ops.set_paused(queue, paused))
+
+    def paused(self) -> Any:
+        return self.runner.run(self.ops.paused, write=False)
 
     def reclaim(self, limit: int) -> Any:
         return self.runner.run(lambda: self.ops.reclaim(limit))

@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.job import (
+    LIVE_STATES,
+    TERMINAL_STATES,
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    QueueStats,
+)
 from leaseq._core.validate import decode
 from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
 from leaseq.backends.base import NewJob
@@ -120,8 +128,9 @@ class SqlOps:
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float, limit: int
     ) -> Plan[list[Job]]:
+        paused = {name for (name,) in (yield Stmt("paused_queues")).rows}
         candidates: list[tuple[Any, ...]] = []
-        for queue in queues:
+        for queue in (q for q in queues if q not in paused):
             r = yield Stmt("claim_candidates", {"queue": queue, "limit": limit})
             candidates += r.rows
         if not candidates:
@@ -277,12 +286,33 @@ class SqlOps:
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
-        counts: dict[str, dict[str, int]] = {}
+        counts: dict[str, dict[str, Any]] = {}
         for name in ("live_counts", "history_counts"):
             r = yield Stmt(name)
             for queue, state, n in r.rows:
                 counts.setdefault(queue, {})[state] = int(n)
+        for (queue,) in (yield Stmt("paused_queues")).rows:
+            counts.setdefault(queue, {})["paused"] = True
         return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
+
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> Plan[list[JobInfo]]:
+        params = {"queue": queue, "state": state, "limit": limit, "after": after}
+        rows: list[tuple[Any, ...]] = []
+        if state is None or state in LIVE_STATES:
+            rows += (yield Stmt("list_live", params)).rows
+        if state is None or state in TERMINAL_STATES:
+            rows += (yield Stmt("list_history", params)).rows
+        rows.sort(key=lambda r: r[0])
+        return [self.info(r) for r in rows[:limit]]
+
+    def set_paused(self, queue: str, paused: bool) -> Plan[None]:
+        yield Stmt("set_paused", {"queue": queue, "paused": paused})
+
+    def paused(self) -> Plan[list[str]]:
+        r = yield Stmt("paused_queues")
+        return [name for (name,) in r.rows]
 
     # -- maintenance ---------------------------------------------------------------------
 

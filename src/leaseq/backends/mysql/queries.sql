@@ -178,3 +178,29 @@ SELECT version FROM {prefix}migrations;
 -- name: record_version
 INSERT INTO {prefix}migrations (version, name, applied_at)
 VALUES (:version, :name, UTC_TIMESTAMP(6));
+
+-- name: set_paused
+INSERT INTO {prefix}queues (name, paused, updated_at) VALUES (:queue, :paused, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
+
+-- name: paused_queues
+SELECT name FROM {prefix}queues WHERE paused = 1 ORDER BY name;
+
+-- name: list_live
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
+       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6)
+FROM {prefix}jobs
+WHERE id > :after AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR :state =
+       CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
+            ELSE state END)
+ORDER BY id LIMIT :limit;
+
+-- name: list_history
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
+       UTC_TIMESTAMP(6)
+FROM {prefix}history
+WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
+ORDER BY id LIMIT :limit;

@@ -44,6 +44,7 @@ WITH picked AS MATERIALIZED (
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) AS c
+    WHERE NOT EXISTS (SELECT 1 FROM {prefix}queues AS p WHERE p.name = q.name AND p.paused)
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT :limit
 )
@@ -194,3 +195,29 @@ SELECT version FROM {prefix}migrations;
 
 -- name: record_version
 INSERT INTO {prefix}migrations (version, name) VALUES (:version, :name);
+
+-- name: set_paused
+INSERT INTO {prefix}queues (name, paused) VALUES (:queue, :paused)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now();
+
+-- name: paused_queues
+SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
+
+-- name: list_live
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
+       NULL::text, last_error, cancel_requested, now()
+FROM {prefix}jobs
+WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
+  AND (:state::text IS NULL OR :state::text =
+       CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled' ELSE state END)
+ORDER BY id LIMIT :limit;
+
+-- name: list_history
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
+       result, error, false, now()
+FROM {prefix}history
+WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
+  AND (:state::text IS NULL OR state = :state::text)
+ORDER BY id LIMIT :limit;

@@ -173,3 +173,31 @@ SELECT version FROM {prefix}migrations;
 
 -- name: record_version
 INSERT INTO {prefix}migrations (version, name) VALUES (:version, :name);
+
+-- name: set_paused
+INSERT INTO {prefix}queues (name, paused) VALUES (:queue, :paused)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: paused_queues
+SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
+
+-- name: list_live
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs
+WHERE id > :after AND (:queue IS NULL OR queue = :queue)
+  AND (:state IS NULL OR :state =
+       CASE WHEN state = 'available'
+             AND available_at > (julianday('now') - 2440587.5) * 86400.0
+            THEN 'scheduled' ELSE state END)
+ORDER BY id LIMIT :limit;
+
+-- name: list_history
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}history
+WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
+ORDER BY id LIMIT :limit;
