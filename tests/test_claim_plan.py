@@ -81,7 +81,8 @@ def test_postgres_claim_uses_the_claim_index(loaded: tuple[str, str, str]) -> No
     assert probe and probe[0]["Node Type"] in ("Index Scan", "Index Only Scan"), text
     # The only sort allowed merges the per-queue candidate lists, never the table itself.
     for sort in (n for n in nodes(plan) if n.get("Node Type") == "Sort"):
-        below = [m for m in nodes(sort.get("Plans", [])) if m.get("Relation Name")]
+        below = [m for m in nodes(sort.get("Plans", []))
+                 if m.get("Relation Name") == f"{prefix}jobs"]
         assert all(m.get("Index Name") == f"{prefix}jobs_claim" for m in below), text
 
 

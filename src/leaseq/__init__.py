@@ -24,21 +24,29 @@ from leaseq.errors import (
     SchemaMissing,
     ValidationError,
 )
+from leaseq.outcomes import Bury, Discard, Retry
+from leaseq.tasks import App, BoundTask, Task
+from leaseq.worker import JobContext, Worker, current_job
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "App",
     "AsyncQueue",
     "AuthenticationFailed",
     "BackendError",
     "BackendUnavailable",
     "Backoff",
+    "BoundTask",
+    "Bury",
     "ConfigurationError",
+    "Discard",
     "EnqueueResult",
     "InvalidArgument",
     "InvalidQueueName",
     "Job",
     "JobCancelled",
+    "JobContext",
     "JobInfo",
     "JobNotFound",
     "JobState",
@@ -49,9 +57,13 @@ __all__ = [
     "PayloadTooLarge",
     "Queue",
     "QueueStats",
+    "Retry",
     "SchemaMissing",
     "Settings",
+    "Task",
     "ValidationError",
+    "Worker",
     "connect",
     "connect_async",
+    "current_job",
 ]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from leaseq import _wakeup
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import (
@@ -45,6 +46,7 @@ class _Shared:
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
         self.settings = settings
+        self._wake_key = _wakeup.key(url, settings.table_prefix)
         self._last_reclaim = float("-inf")
         self._reclaim_lock = threading.Lock()
 
@@ -227,7 +229,9 @@ class Queue(_Shared):
         """
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts)
-        return self._backend.enqueue([job], conn)[0]
+        result = self._backend.enqueue([job], conn)[0]
+        _wakeup.notify(self._wake_key, [job.queue])
+        return result
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, conn: Any = None
@@ -235,7 +239,11 @@ class Queue(_Shared):
         """Add many jobs in one transaction. Each item holds ``enqueue``'s arguments
         (``queue`` required). All are checked first: one bad item writes nothing."""
         jobs = self._new_jobs(items)
-        return self._backend.enqueue(jobs, conn) if jobs else []
+        if not jobs:
+            return []
+        results = self._backend.enqueue(jobs, conn)
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return results
 
     def dequeue(
         self,
@@ -410,14 +418,20 @@ class AsyncQueue(_Shared):
         """See ``Queue.enqueue``."""
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts)
-        return (await self._backend.enqueue([job], conn))[0]
+        result = (await self._backend.enqueue([job], conn))[0]
+        _wakeup.notify(self._wake_key, [job.queue])
+        return result
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, conn: Any = None
     ) -> list[EnqueueResult]:
         """See ``Queue.enqueue_many``."""
         jobs = self._new_jobs(items)
-        return await self._backend.enqueue(jobs, conn) if jobs else []
+        if not jobs:
+            return []
+        results = await self._backend.enqueue(jobs, conn)
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return results
 
     async def dequeue(
         self,

@@ -68,7 +68,7 @@ def test_stats_counts_every_state_per_queue(q):
     assert (a.completed, a.cancelled, a.discarded, a.failed) == (1, 1, 1, 1)
     assert b.as_dict() == {"queue": "b", "available": 1, "scheduled": 0, "running": 0,
                            "dead": 0, "completed": 0, "cancelled": 0, "discarded": 0,
-                           "failed": 0}
+                           "failed": 0, "paused": False}
 
 
 def test_prune_older_than_zero_removes_every_history_row(q):

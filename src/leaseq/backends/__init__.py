@@ -11,7 +11,10 @@ from leaseq.errors import ConfigurationError
 _memory_stores: dict[str, Any] = {}
 _memory_lock = threading.Lock()
 
-SCHEMES = "sqlite:///path.db, postgresql://user@host/db, mysql://user@host/db or memory://"
+SCHEMES = (
+    "sqlite:///path.db, postgresql://user@host/db, mysql://user@host/db, "
+    "redis://host:6379/0 or memory://"
+)
 
 
 def create_backend(url: str, settings: Settings, use_async: bool) -> Any:
@@ -30,6 +33,9 @@ def create_backend(url: str, settings: Settings, use_async: bool) -> Any:
         return module.create(url, settings, use_async)
     if scheme in ("mysql", "mariadb"):
         module = _optional("leaseq.backends.mysql.driver", "mysql", "PyMySQL")
+        return module.create(url, settings, use_async)
+    if scheme in ("redis", "rediss"):
+        module = _optional("leaseq.backends.redis.driver", "redis", "redis-py")
         return module.create(url, settings, use_async)
     raise ConfigurationError(f"unsupported URL scheme {scheme!r} in {url!r}; use {SCHEMES}")
 

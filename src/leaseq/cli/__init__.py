@@ -1,59 +1,101 @@
-"""The ``leaseq`` command line: thin, it parses arguments and calls the public API."""
+"""The ``leaseq`` command line: thin, it parses arguments, calls the public API, renders.
+
+Exit codes scripts can trust: 0 success, 1 a leaseq error (bad input, bad state), 2 bad
+usage, 3 the database is unreachable or refused us, 4 no such job, 130 interrupted.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+import logging
 import os
+import re
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
 import leaseq
 from leaseq.backends._sql.plan import load_migrations
 
+F = TypeVar("F", bound=Callable[..., Any])
 DIALECTS = {
     "postgres": "leaseq.backends.postgres",
     "mysql": "leaseq.backends.mysql",
     "sqlite": "leaseq.backends.sqlite",
 }
 DEFAULT_URL = "sqlite:///leaseq.db"
+STATES = ("scheduled", "available", "running", "dead", "completed", "cancelled", "discarded")
+console = Console()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(leaseq.__version__, prog_name="leaseq")
 def cli() -> None:
-    """leaseq: a durable job queue in the database you already run."""
+    """leaseq: a durable job queue in the database you already run.
+
+    Every command takes --url (or LEASEQ_URL; default sqlite:///leaseq.db). Exit codes:
+    0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable, 4 no such job.
+    """
 
 
-def url_option(f: Any) -> Any:
-    return click.option(
-        "--url",
-        envvar="LEASEQ_URL",
-        default=DEFAULT_URL,
-        show_default=True,
-        help="Database URL (or set LEASEQ_URL).",
-    )(f)
+def database(f: F) -> F:
+    """--url and --table-prefix, shared by every command that talks to a database."""
+    f = click.option("--table-prefix", default="leaseq_", show_default=True,
+                     help="Prefix of leaseq's table names.")(f)
+    f = click.option("--url", envvar="LEASEQ_URL", default=DEFAULT_URL, show_default=True,
+                     help="Database URL (or set LEASEQ_URL).")(f)
+    return f
 
 
-def prefix_option(f: Any) -> Any:
-    return click.option(
-        "--table-prefix", default="leaseq_", show_default=True, help="Prefix of table names."
-    )(f)
+def as_json(f: F) -> F:
+    return click.option("--json", "json_out", is_flag=True, help="Print JSON for scripts.")(f)
+
+
+def connect(url: str, table_prefix: str) -> leaseq.Queue:
+    return leaseq.connect(url, table_prefix=table_prefix)
+
+
+def emit(data: Any) -> None:
+    click.echo(json.dumps(data, default=_jsonable, ensure_ascii=False))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d`` → seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 12h or 7d")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]
+
+
+# -- schema ----------------------------------------------------------------------------------
 
 
 @cli.command()
-@url_option
-@prefix_option
+@database
 def migrate(url: str, table_prefix: str) -> None:
     """Create or upgrade leaseq's tables (idempotent)."""
-    with leaseq.connect(url, table_prefix=table_prefix) as q:
+    with connect(url, table_prefix) as q:
         q.migrate()
     click.echo(f"schema is up to date at {url.split('@')[-1]}")
 
 
 @cli.command()
 @click.option("--dialect", type=click.Choice(sorted(DIALECTS)), required=True)
-@prefix_option
+@click.option("--table-prefix", default="leaseq_", show_default=True)
 def schema(dialect: str, table_prefix: str) -> None:
     """Print the DDL, for teams that own their migrations."""
     leaseq.Settings(table_prefix=table_prefix)  # validates the prefix
@@ -63,23 +105,251 @@ def schema(dialect: str, table_prefix: str) -> None:
             click.echo(sql.rstrip() + ";\n")
 
 
+# -- jobs ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("queue")
+@click.argument("payload", default="null")
+@click.option("--kind", help="Task name the worker routes on.")
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--delay", type=duration, default="0", help="Run after this long (90s, 5m).")
+@click.option("--unique-key", help="At most one live job per queue and key.")
+@click.option("--max-attempts", type=int)
+@database
+@as_json
+def enqueue(queue: str, payload: str, kind: str | None, priority: int, delay: float,
+            unique_key: str | None, max_attempts: int | None, url: str, table_prefix: str,
+            json_out: bool) -> None:
+    """Add a job to QUEUE with a JSON PAYLOAD (default null)."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"PAYLOAD is not JSON: {exc}") from exc
+    with connect(url, table_prefix) as q:
+        r = q.enqueue(queue, data, kind=kind, priority=priority, delay=delay,
+                      unique_key=unique_key, max_attempts=max_attempts)
+    if json_out:
+        emit({"id": r.id, "created": r.created})
+    else:
+        click.echo(f"job {r.id} {'enqueued' if r.created else 'already queued (unique key)'}")
+
+
+def stats_table(stats: dict[str, leaseq.QueueStats]) -> Table:
+    table = Table(title="leaseq queues")
+    columns = ("available", "scheduled", "running", "dead", "completed", "cancelled", "discarded")
+    table.add_column("queue")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for s in stats.values():
+        name = f"{s.queue} (paused)" if s.paused else s.queue
+        table.add_row(name, *(str(getattr(s, c)) for c in columns))
+    if not stats:
+        table.add_row("(no queues yet)", *("" for _ in columns))
+    return table
+
+
+@cli.command()
+@click.option("--watch", type=float, metavar="SECONDS", help="Refresh every SECONDS.")
+@database
+@as_json
+def stats(watch: float | None, url: str, table_prefix: str, json_out: bool) -> None:
+    """Job counts per queue and state."""
+    with connect(url, table_prefix) as q:
+        if json_out:
+            emit([s.as_dict() for s in q.stats().values()])
+        elif watch:
+            with Live(stats_table(q.stats()), console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(watch)
+                    live.update(stats_table(q.stats()), refresh=True)
+        else:
+            console.print(stats_table(q.stats()))
+
+
+def info_dict(j: leaseq.JobInfo) -> dict[str, Any]:
+    return {k: getattr(j, k) for k in j.__dataclass_fields__}
+
+
+@cli.command()
+@click.option("--queue")
+@click.option("--state", type=click.Choice(STATES))
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--after", type=click.IntRange(0), default=0, help="Show jobs with id > AFTER.")
+@database
+@as_json
+def jobs(queue: str | None, state: str | None, limit: int, after: int, url: str,
+         table_prefix: str, json_out: bool) -> None:
+    """List jobs in id order; page with --after <last id>."""
+    with connect(url, table_prefix) as q:
+        found = q.jobs(queue, state=state, limit=limit, after=after)  # type: ignore[arg-type]
+    if json_out:
+        emit([info_dict(j) for j in found])
+        return
+    table = Table()
+    for column in ("id", "queue", "kind", "state", "attempts", "error"):
+        table.add_column(column)
+    for j in found:
+        error = (j.error or "").strip().splitlines()[-1:] or [""]
+        table.add_row(str(j.id), j.queue, j.kind or "", j.state,
+                      f"{j.attempts}/{j.max_attempts}", error[0][:60])
+    console.print(table)
+    if len(found) == limit:
+        click.echo(f"more: --after {found[-1].id}")
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@database
+@as_json
+def get(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
+    """Show one job, live or finished."""
+    with connect(url, table_prefix) as q:
+        j = q.get(job_id)
+    if json_out:
+        emit(info_dict(j))
+        return
+    for key, value in info_dict(j).items():
+        if key in ("payload", "result"):
+            value = json.dumps(value, ensure_ascii=False)
+        click.echo(f"{key:>16}: {value}")
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@database
+def kick(queue: str, limit: int, url: str, table_prefix: str) -> None:
+    """Make up to LIMIT dead jobs of QUEUE available again."""
+    with connect(url, table_prefix) as q, console.status(f"kicking dead jobs of {queue}"):
+        n = q.kick(queue, limit=limit)
+    click.echo(f"{n} jobs kicked")
+
+
+def job_verb(name: str, help_text: str, call: Callable[[leaseq.Queue, int], Any]) -> None:
+    @cli.command(name=name, help=help_text)
+    @click.argument("job_id", type=int)
+    @database
+    def command(job_id: int, url: str, table_prefix: str) -> None:
+        with connect(url, table_prefix) as q:
+            state = call(q, job_id)
+        click.echo(f"job {job_id}: {state}")
+
+
+def _retry(q: leaseq.Queue, job_id: int) -> str:
+    q.retry(job_id)
+    return "available"
+
+
+def _discard(q: leaseq.Queue, job_id: int) -> str:
+    q.discard(job_id, reason="discarded from the CLI")
+    return "discarded"
+
+
+job_verb("retry", "Make a dead or scheduled job available now.", _retry)
+job_verb("discard", "Move a dead or waiting job to history as discarded.", _discard)
+job_verb("cancel", "Cancel a job (a running one is flagged for its worker).",
+         lambda q, job_id: q.cancel(job_id))
+
+
+@cli.command()
+@click.argument("queue")
+@database
+def pause(queue: str, url: str, table_prefix: str) -> None:
+    """Stop every worker from taking jobs of QUEUE."""
+    with connect(url, table_prefix) as q:
+        q.pause(queue)
+    click.echo(f"queue {queue} paused")
+
+
+@cli.command()
+@click.argument("queue")
+@database
+def resume(queue: str, url: str, table_prefix: str) -> None:
+    """Let workers take jobs of a paused QUEUE again."""
+    with connect(url, table_prefix) as q:
+        q.resume(queue)
+    click.echo(f"queue {queue} resumed")
+
+
+@cli.command()
+@click.option("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600.")
+@database
+def prune(older_than: float, url: str, table_prefix: str) -> None:
+    """Delete finished jobs from history."""
+    with connect(url, table_prefix) as q, console.status("pruning history"):
+        n = q.prune(older_than=older_than)
+    click.echo(f"{n} history rows pruned")
+
+
+# -- worker and demo -------------------------------------------------------------------------
+
+
+def load_app(target: str) -> leaseq.App:
+    """``module:attr`` (attr defaults to ``app``), importable from the current directory."""
+    module_name, _, attr = target.partition(":")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attr or "app", None)
+    if not isinstance(app, leaseq.App):
+        raise click.BadParameter(f"{target!r} is not a leaseq.App (use module:attribute)")
+    return app
+
+
+@cli.command()
+@click.argument("app_path", metavar="MODULE:APP")
+@click.option("--queues", help="Comma-separated queues (default: those of the app's tasks).")
+@click.option("--concurrency", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--lease", type=float, help="Lease seconds for claimed jobs.")
+@click.option("--grace", type=float, default=30.0, show_default=True,
+              help="Seconds running jobs get to finish after SIGTERM.")
+@click.option("--poll-interval", type=float, default=1.0, show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
+def worker(app_path: str, queues: str | None, concurrency: int, lease: float | None,
+           grace: float, poll_interval: float, log_level: str, url: str | None) -> None:
+    """Run the tasks of MODULE:APP until SIGTERM or SIGINT."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = load_app(app_path)
+    if url:
+        app.url = url
+    names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
+    code = leaseq.Worker(app, names, concurrency=concurrency, lease=lease, grace=grace,
+                         poll_interval=poll_interval).run()
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("--url", envvar="LEASEQ_URL", default=None,
+              help="Run on this database instead of ./leaseq-demo.db.")
+@click.option("--jobs", "count", type=click.IntRange(20, 5000), default=300, show_default=True)
+def demo(url: str | None, count: int) -> None:
+    """Run a worker over a few hundred demo jobs and show where each ended."""
+    from leaseq.cli.demo import run
+
+    run(url, count, console)
+
+
 def main() -> None:
-    """Entry point: leaseq errors become one line on stderr and exit status 1."""
+    """Entry point: leaseq errors become one line on stderr and a documented exit code."""
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except leaseq.LeaseqError as exc:
-        click.echo(f"leaseq: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()
+    except leaseq.LeaseqError as exc:
+        click.echo(f"leaseq: {type(exc).__name__}: {exc}", err=True)
+        if isinstance(exc, leaseq.JobNotFound):
+            sys.exit(4)
+        sys.exit(3 if isinstance(exc, leaseq.BackendUnavailable) else 1)

@@ -12,6 +12,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from leaseq._core.job import EnqueueResult
 from leaseq._core.settings import Settings
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
@@ -49,6 +50,13 @@ class PostgresOps(SqlOps):
         params = {"queues": list(queues), "limit": limit, "lease": lease, "worker_id": worker_id}
         r = yield Stmt("claim", params)
         return self.jobs(r.rows, lease)
+
+    def enqueue(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+        results = yield from super().enqueue(jobs)
+        # Workers LISTEN on this channel; delivered at commit, dropped on rollback.
+        channel = f"{self.d.prefix}jobs"
+        yield Stmt("notify", {"channel": channel, "queues": sorted({j.queue for j in jobs})})
+        return results
 
     def complete(self, job_id: int, token: int, result: str | None) -> Plan[None]:
         r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})

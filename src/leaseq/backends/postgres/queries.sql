@@ -221,3 +221,6 @@ FROM {prefix}history
 WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:state::text IS NULL OR state = :state::text)
 ORDER BY id LIMIT :limit;
+
+-- name: notify
+SELECT pg_notify(:channel, q) FROM unnest(:queues::text[]) AS q;

@@ -1,0 +1,72 @@
+"""Turning what a handler did into what happens to its job: a pure decision."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from leaseq._core.backoff import Backoff
+from leaseq._core.job import Job
+from leaseq._core.validate import error_text
+from leaseq.outcomes import Bury, Discard, Retry
+
+Action = Literal["ack", "nack", "bury", "discard", "release"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``action`` to take on the job; ``delay`` None means the task's backoff."""
+
+    action: Action
+    result: Any = None
+    error: str | None = None
+    delay: float | None = None
+
+
+def succeeded(result: Any) -> Outcome:
+    return Outcome("ack", result=result)
+
+
+def failed(exc: BaseException) -> Outcome:
+    """The outcome of a handler that raised ``exc``."""
+    if isinstance(exc, Retry):
+        return Outcome("nack", error=error_text(str(exc)), delay=exc.delay)
+    if isinstance(exc, Bury):
+        return Outcome("bury", error=error_text(exc.reason))
+    if isinstance(exc, Discard):
+        return Outcome("discard", error=error_text(exc.reason))
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Outcome("nack", error=error_text(text))
+
+
+def timed_out(seconds: float) -> Outcome:
+    return Outcome("nack", error=f"TimeoutError: the task ran past its timeout of {seconds:g} s")
+
+
+def unknown_task(kind: str | None, known: list[str]) -> Outcome:
+    names = ", ".join(known) or "none"
+    return Outcome(
+        "bury",
+        error=f"no task named {kind!r} is registered in this worker (registered: {names}); "
+        "kick the job once a worker that knows it runs",
+    )
+
+
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
+def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
+    """The client calls that record ``outcome``, as ``(method, args, kwargs)``; the
+    worker awaits them on an ``AsyncQueue``, ``testing.drain`` makes them on a ``Queue``."""
+    if outcome.action == "ack":
+        return [("ack", (job, outcome.result), {})]
+    if outcome.action == "nack":
+        return [("nack", (job, outcome.error), {"delay": outcome.delay, "backoff": backoff})]
+    if outcome.action == "bury":
+        return [("bury", (job,), {"reason": outcome.error})]
+    if outcome.action == "discard":
+        # Bury is the fenced step; the discard of the then-dead job cannot race a holder.
+        return [("bury", (job,), {"reason": outcome.error}),
+                ("discard", (job.id,), {"reason": outcome.error})]
+    return [("release", (job,), {})]

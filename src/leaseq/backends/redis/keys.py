@@ -1,0 +1,56 @@
+"""The Redis key schema, built in exactly one place.
+
+Key names are made only of the validated table prefix (``[a-z0-9_]``) and validated queue
+names (``[A-Za-z0-9_.-]``), both checked again here; everything a caller gives besides
+(unique keys, kinds, payloads, errors, worker ids) is stored as hash fields and values.
+So no caller input can become a hash tag, a glob pattern or another tenant's key. The
+layout itself is documented at the top of ``scripts/_common.lua``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from leaseq._core.validate import QUEUE_NAME
+from leaseq.errors import ConfigurationError, InvalidQueueName
+
+_PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+
+# The order of a queue's key GROUP in every script's KEYS (scripts/_common.lua).
+QUEUE_PARTS = ("job:", "ready", "delayed", "running", "dead", "unique", "completed",
+               "cancelled", "discarded")
+_GLOB = re.compile(r"([*?\[\]\\])")
+
+
+class Keys:
+    """Key names under one prefix: ``{P}:...`` for the global keys, ``{P:Q}:...`` for
+    queue ``Q``'s keys (the braces are the Redis Cluster hash tag)."""
+
+    def __init__(self, prefix: str) -> None:
+        if not _PREFIX.fullmatch(prefix):
+            raise ConfigurationError(f"table_prefix {prefix!r} cannot name Redis keys")
+        self.prefix = prefix
+        self.ids = f"{{{prefix}}}:ids"
+        self.index = f"{{{prefix}}}:index"
+        self.queues = f"{{{prefix}}}:queues"
+
+    def queue(self, name: str) -> list[str]:
+        """The GROUP of 9 keys of queue ``name``, in script order."""
+        if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+            raise InvalidQueueName(f"invalid queue name {name!r} for a Redis key")
+        base = f"{{{self.prefix}:{name}}}:"
+        return [base + part for part in QUEUE_PARTS]
+
+    def job(self, queue: str, job_id: int) -> str:
+        """The hash of one job."""
+        return f"{self.queue(queue)[0]}{int(job_id)}"
+
+    def with_job(self, queue: str, job_id: int) -> list[str]:
+        """KEYS of a script on one job: its hash, then its queue's GROUP."""
+        group = self.queue(queue)
+        return [group[0] + str(int(job_id)), *group]
+
+    def pattern(self) -> str:
+        """A ``SCAN MATCH`` pattern for every key under this prefix, and no other prefix's
+        (the character after the prefix is always ``}`` or ``:``)."""
+        return "\\{" + _GLOB.sub(r"\\\1", self.prefix) + "[:}]*"

@@ -1,0 +1,165 @@
+-- leaseq on Redis: helpers shared by every script. The loader (driver.py) prepends this
+-- file to each scripts/<operation>.lua, so every EVALSHA body is self-contained and the
+-- helpers exist once.
+--
+-- KEY SCHEMA. P is Settings.table_prefix ([a-z0-9_]), Q a queue name ([A-Za-z0-9_.-]):
+-- both are validated before a key is built (keys.py), so neither holds braces, colons,
+-- quotes or glob characters. Everything else a caller gives (unique keys, kinds,
+-- payloads, errors, worker ids) is stored as hash fields and values, never in key names.
+--
+--   {P}:ids                STRING  the last job id handed out (INCR); ids are never reused
+--   {P}:index              HASH    job id -> queue name, for live and historical jobs
+--   {P}:queues             SET     every queue name that ever held a job
+--   {P:Q}:job:<id>         HASH    one job, live or historical (fields below)
+--   {P:Q}:ready            ZSET    available jobs known to be due: score -priority,
+--                                  member rank(available_at, id) (see rank below)
+--   {P:Q}:delayed          ZSET    available jobs not yet promoted to ready:
+--                                  score available_at, member id
+--   {P:Q}:running          ZSET    leased jobs: score lease_until, member id
+--   {P:Q}:dead             ZSET    dead jobs: score id (kick takes the oldest), member id
+--   {P:Q}:unique           HASH    unique_key -> id of the live job that holds it
+--   {P:Q}:completed        ZSET    history by terminal state:
+--   {P:Q}:cancelled                  score finished_at, member id
+--   {P:Q}:discarded
+--
+-- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
+-- keys share another (docs/redis.md says what that means for Cluster).
+--
+-- JOB HASH FIELDS: id, queue, kind?, payload (JSON text), priority, max_attempts,
+-- unique_key?, state (available | running | dead | completed | cancelled | discarded;
+-- "scheduled" is available with available_at in the future), attempts, lease_token,
+-- available_at, created_at, lease_until?, worker_id?, started_at?, error?,
+-- cancel_requested? ("1"), finished_at?, result? (JSON text). "?" = absent when null.
+--
+-- TIMES are integer microseconds since the Unix epoch, written as decimal text, and
+-- "now" is always the server's TIME, never the client's clock. Integers travel as
+-- text (int() below): Lua's tostring would print 1.7e+15 and lose digits.
+--
+-- KEYS of one queue arrive as a GROUP of 9, in this order (keys.py builds them):
+--   1 job-key prefix "{P:Q}:job:"   2 ready   3 delayed   4 running   5 dead
+--   6 unique   7 completed   8 cancelled   9 discarded
+--
+-- OPTIONAL ARGV values (kind, unique_key, run_at, error, reason, result) are "" for
+-- null and "+" followed by the value otherwise, so an empty string stays distinct.
+--
+-- Every script reads and checks before its first write, so a refusal writes nothing.
+
+local GROUP = 9
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Exact decimal text of an integer-valued number.
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+local function opt(value)
+  if value == '' then return false end
+  return string.sub(value, 2)
+end
+
+local function queue_at(first)
+  return {
+    job = KEYS[first], ready = KEYS[first + 1], delayed = KEYS[first + 2],
+    running = KEYS[first + 3], dead = KEYS[first + 4], unique = KEYS[first + 5],
+    completed = KEYS[first + 6], cancelled = KEYS[first + 7], discarded = KEYS[first + 8],
+  }
+end
+
+-- HMGET into a table by field name; absent fields are false.
+local function fields(key, ...)
+  local names = {...}
+  local values = redis.call('HMGET', key, unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do out[name] = values[i] end
+  return out
+end
+
+local function pad(digits, width)
+  return string.rep('0', width - #digits) .. digits
+end
+
+local function nines(digit)
+  return tostring(9 - tonumber(digit))
+end
+
+-- The member of a job in its queue's ready set. Members with equal scores (= equal
+-- priority) sort bytewise, so the member orders by available_at, then id: fixed-width
+-- digits, negative times (before 1970) as a nines' complement behind "n" < "p". Done on
+-- the text, because times past 2^53 µs do not survive Lua's doubles exactly.
+local function rank(at, id)
+  if string.sub(at, 1, 1) == '-' then
+    return 'n' .. string.gsub(pad(string.sub(at, 2), 20), '%d', nines) .. ':' .. pad(id, 20)
+  end
+  return 'p' .. pad(at, 20) .. ':' .. pad(id, 20)
+end
+
+local function id_of_rank(member)
+  return int(tonumber(string.sub(member, -20)))
+end
+
+-- An available job goes to ready when due, else to delayed (claim promotes it later).
+local function make_available(q, id, at, priority, now)
+  if tonumber(at) <= now then
+    redis.call('ZADD', q.ready, int(-tonumber(priority)), rank(at, id))
+  else
+    redis.call('ZADD', q.delayed, at, id)
+  end
+end
+
+-- Why the caller does not hold the job under lease `token`: "missing" (no such job
+-- hash), "lost" (not running, or running under another token), or false when it does.
+local function not_held(key, token)
+  local f = fields(key, 'state', 'lease_token')
+  if not f.state then return 'missing' end
+  if f.state ~= 'running' or f.lease_token ~= token then return 'lost' end
+  return false
+end
+
+-- running -> available after `delay` µs (error kept unless a new one is given).
+local function reschedule(q, key, id, now, delay, err)
+  local priority = redis.call('HGET', key, 'priority')
+  local at = int(now + delay)
+  redis.call('ZREM', q.running, id)
+  redis.call('HDEL', key, 'lease_until')
+  redis.call('HSET', key, 'state', 'available', 'available_at', at)
+  if err then redis.call('HSET', key, 'error', err) end
+  make_available(q, id, at, priority, now)
+end
+
+-- running -> dead (error kept unless a new one is given).
+local function to_dead(q, key, id, err)
+  redis.call('ZREM', q.running, id)
+  redis.call('HDEL', key, 'lease_until')
+  redis.call('HSET', key, 'state', 'dead')
+  if err then redis.call('HSET', key, 'error', err) end
+  redis.call('ZADD', q.dead, id, id)
+end
+
+-- Any live state -> history as `state` (completed, cancelled or discarded): the job
+-- leaves every live set, frees its unique key, and joins its history set. A completed
+-- job keeps its result and no error; the others keep `err`, else their last error.
+local function archive(q, key, id, state, result, err, now)
+  local f = fields(key, 'available_at', 'unique_key')
+  redis.call('ZREM', q.ready, rank(f.available_at, id))
+  redis.call('ZREM', q.delayed, id)
+  redis.call('ZREM', q.running, id)
+  redis.call('ZREM', q.dead, id)
+  if f.unique_key and redis.call('HGET', q.unique, f.unique_key) == id then
+    redis.call('HDEL', q.unique, f.unique_key)
+  end
+  redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result')
+  redis.call('HSET', key, 'state', state, 'finished_at', int(now))
+  if state == 'completed' then
+    redis.call('HDEL', key, 'error')
+    if result then redis.call('HSET', key, 'result', result) end
+  elseif err then
+    redis.call('HSET', key, 'error', err)
+  end
+  redis.call('ZADD', q[state], int(now), id)
+end
+
+-- ---------------------------------------------------------------------------------------

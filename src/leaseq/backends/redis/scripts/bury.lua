@@ -1,0 +1,12 @@
+-- bury: running -> dead, with `reason` as its error (the last error when null).
+--
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- ARGV[1] lease token   ARGV[2] reason (optional)
+-- Returns: "ok", or "lost" when the lease is not held, or "missing" when there is no
+-- such job (nothing changed)
+
+local key, q = KEYS[1], queue_at(2)
+local refused = not_held(key, ARGV[1])
+if refused then return refused end
+to_dead(q, key, redis.call('HGET', key, 'id'), opt(ARGV[2]))
+return 'ok'

@@ -1,0 +1,22 @@
+-- release: running -> available after `delay` with the attempt given back (not a
+-- failure: the last error is kept as it was); -> cancelled (history) when a cancel was
+-- requested.
+--
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- ARGV[1] lease token   ARGV[2] delay (µs)
+-- Returns: the new state (available, scheduled, cancelled), or "lost" when the lease is
+-- not held, or "missing" when there is no such job (nothing changed)
+
+local key, q = KEYS[1], queue_at(2)
+local refused = not_held(key, ARGV[1])
+if refused then return refused end
+local f = fields(key, 'id', 'cancel_requested')
+local delay, now = tonumber(ARGV[2]), now_us()
+if f.cancel_requested then
+  archive(q, key, f.id, 'cancelled', false, false, now)
+  return 'cancelled'
+end
+redis.call('HINCRBY', key, 'attempts', -1)
+reschedule(q, key, f.id, now, delay, false)
+if delay > 0 then return 'scheduled' end
+return 'available'

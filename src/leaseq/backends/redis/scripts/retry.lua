@@ -1,0 +1,23 @@
+-- retry: dead -> available now with attempts reset to 0; scheduled -> available now
+-- with its attempts kept.
+--
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- Returns: "ok"; "missing" when there is no such job; otherwise the job's state, which
+-- does not allow a retry (nothing changed)
+
+local key, q = KEYS[1], queue_at(2)
+local f = fields(key, 'id', 'state', 'available_at', 'priority')
+if not f.state then return 'missing' end
+local now = now_us()
+if f.state == 'dead' then
+  redis.call('HSET', key, 'attempts', '0')
+  redis.call('ZREM', q.dead, f.id)
+elseif f.state == 'available' and tonumber(f.available_at) > now then
+  redis.call('ZREM', q.delayed, f.id)
+else
+  return f.state
+end
+local at = int(now)
+redis.call('HSET', key, 'state', 'available', 'available_at', at)
+make_available(q, f.id, at, f.priority, now)
+return 'ok'

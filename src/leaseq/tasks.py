@@ -1,0 +1,312 @@
+"""The task API: ``App`` registers functions as tasks; a task enqueues calls of itself.
+
+    app = leaseq.App("postgresql://localhost/app")   # App() alone: sqlite:///leaseq.db
+
+    @app.task(queue="emails", max_attempts=5, timeout=60)
+    def send_email(to: str, subject: str) -> None: ...
+
+    send_email.enqueue(to="a@b.c", subject="hi")
+
+A job's payload is the call's keyword arguments as a JSON object and its ``kind`` the
+task's name. Arguments are bound to the function's signature at enqueue time, so a call
+that the function would refuse is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from leaseq._client import AsyncQueue, Queue
+from leaseq._core import validate as v
+from leaseq._core.backoff import Backoff
+from leaseq._core.job import EnqueueResult
+from leaseq._core.settings import Settings
+from leaseq.errors import ConfigurationError, InvalidArgument
+
+P = ParamSpec("P")
+R = TypeVar("R")
+DEFAULT_URL = "sqlite:///leaseq.db"
+UniqueKey = str | Callable[..., str] | None
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Per-task defaults, overridable per call with ``Task.options``."""
+
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    timeout: float | None = None
+    lease: float | None = None
+    backoff: Backoff | None = None
+    unique_key: UniqueKey = None
+    delay: float | timedelta = 0
+    run_at: datetime | None = None
+
+
+class Task(Generic[P, R]):
+    """A function registered with an ``App``. Calling it runs it; ``enqueue`` queues it."""
+
+    def __init__(self, app: App, fn: Callable[P, R], name: str, options: TaskOptions):
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.defaults = options
+        self.signature = inspect.signature(fn)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.defaults.queue!r}>"
+
+    @property
+    def lease(self) -> float:
+        """Lease length its jobs are held and renewed with."""
+        return self.defaults.lease or self.app.settings.lease
+
+    @property
+    def backoff(self) -> Backoff:
+        """Retry delays after a failure."""
+        return self.defaults.backoff or self.app.settings.backoff
+
+    def options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        unique_key: UniqueKey = None,
+        max_attempts: int | None = None,
+        conn: Any = None,
+    ) -> BoundTask[P, R]:
+        """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
+        enqueues inside your own database transaction."""
+        changes: dict[str, Any] = {k: val for k, val in {
+            "queue": queue, "priority": priority, "delay": delay, "run_at": run_at,
+            "unique_key": unique_key, "max_attempts": max_attempts,
+        }.items() if val is not None}
+        return BoundTask(self, replace(self.defaults, **changes), conn)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """Queue a call with these arguments (checked against the signature now)."""
+        return BoundTask(self, self.defaults, None).enqueue(*args, **kwargs)
+
+    def enqueue_many(self, calls: Iterable[Mapping[str, Any]]) -> list[EnqueueResult]:
+        """Queue many calls, each a dict of keyword arguments, in one round trip."""
+        return BoundTask(self, self.defaults, None).enqueue_many(calls)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """``enqueue`` for asyncio code."""
+        return await BoundTask(self, self.defaults, None).enqueue_async(*args, **kwargs)
+
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call as keyword arguments, refused now if the function would refuse it."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArgument(f"{self.name}: {exc}") from exc
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = self.signature.parameters[name].kind
+            if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+                raise InvalidArgument(
+                    f"{self.name}: tasks take keyword arguments only; *{name} and "
+                    "positional-only parameters cannot be queued"
+                )
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return named
+
+
+class BoundTask(Generic[P, R]):
+    """A task with per-call options; made by ``Task.options``."""
+
+    def __init__(self, task: Task[P, R], options: TaskOptions, conn: Any) -> None:
+        self.task, self.opts, self.conn = task, options, conn
+
+    def item(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        unique = self.opts.unique_key
+        if callable(unique):
+            unique = unique(**arguments)
+        return {
+            "queue": self.opts.queue, "payload": arguments, "kind": self.task.name,
+            "priority": self.opts.priority, "delay": self.opts.delay, "run_at": self.opts.run_at,
+            "unique_key": unique, "max_attempts": self.opts.max_attempts,
+        }
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """Queue a call with these options."""
+        arguments = self.task.arguments(args, kwargs)
+        app = self.task.app
+        if app.eager:
+            return app.run_eagerly(self.task, arguments)
+        return app.queue.enqueue(**self.item(arguments), conn=self.conn)
+
+    def enqueue_many(self, calls: Iterable[Mapping[str, Any]]) -> list[EnqueueResult]:
+        """Queue many calls with these options in one round trip."""
+        items = []
+        for call in calls:
+            if not isinstance(call, Mapping):
+                raise InvalidArgument(f"{self.task.name}: each call must be a dict of arguments")
+            items.append(self.item(self.task.arguments((), dict(call))))
+        app = self.task.app
+        if app.eager:
+            return [app.run_eagerly(self.task, item["payload"]) for item in items]
+        return app.queue.enqueue_many(items, conn=self.conn)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
+        """Queue a call with these options, from asyncio code."""
+        arguments = self.task.arguments(args, kwargs)
+        app = self.task.app
+        if app.eager:
+            return await app.run_eagerly_async(self.task, arguments)
+        return await app.async_queue.enqueue(**self.item(arguments), conn=self.conn)
+
+
+class App:
+    """A set of tasks and the queue they use.
+
+    Args:
+        url: Database URL; None uses ``sqlite:///leaseq.db`` in the current directory.
+        **settings: ``leaseq.Settings`` fields (lease, max_attempts, backoff, ...).
+    """
+
+    def __init__(self, url: str | None = None, **settings: Any) -> None:
+        self.url = url or DEFAULT_URL
+        self.settings = Settings(**settings)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self.eager = False
+        self._queue: Queue | None = None
+        self._async_queue: AsyncQueue | None = None
+        self._lock = threading.Lock()
+        self._eager_ids = itertools.count(1)
+
+    def __repr__(self) -> str:
+        return f"<App {self.url.split('@')[-1]!r} tasks={sorted(self.tasks)}>"
+
+    @property
+    def queue(self) -> Queue:
+        """The app's ``Queue`` client, opened on first use."""
+        with self._lock:
+            if self._queue is None:
+                self._queue = Queue(self.url, self.settings)
+            return self._queue
+
+    @property
+    def async_queue(self) -> AsyncQueue:
+        """The app's ``AsyncQueue`` client, opened on first use (one event loop)."""
+        with self._lock:
+            if self._async_queue is None:
+                self._async_queue = AsyncQueue(self.url, self.settings)
+            return self._async_queue
+
+    def migrate(self) -> None:
+        """Create or upgrade the tables (``Queue.migrate``)."""
+        self.queue.migrate()
+
+    def close(self) -> None:
+        """Close the sync client (await ``async_queue.close()`` for the async one)."""
+        with self._lock:
+            if self._queue is not None:
+                self._queue.close()
+                self._queue = None
+
+    @overload
+    def task(self, fn: Callable[P, R]) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        backoff: Backoff | None = None,
+        unique_key: UniqueKey = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        backoff: Backoff | None = None,
+        unique_key: UniqueKey = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function (plain or ``async def``) as a task.
+
+        Args:
+            name: The job kind; defaults to ``module.qualname``.
+            queue: Queue its jobs go to. Defaults to ``"default"``.
+            priority: Default priority (higher first). Defaults to 0.
+            max_attempts: Attempts before dead; defaults to the app's setting.
+            timeout: Seconds a run may take before it counts as failed.
+            lease: Lease length in seconds; renewed every lease/3 while it runs.
+            backoff: Retry delays; defaults to the app's setting.
+            unique_key: A string, or a function of the task's arguments returning one:
+                at most one live job per key.
+        """
+        options = TaskOptions(
+            queue=v.queue_name(queue),
+            priority=v.integer("priority", priority, v.INT32[0]),
+            max_attempts=max_attempts,
+            timeout=None if timeout is None else v.seconds("timeout", timeout, positive=True),
+            lease=None if lease is None else v.seconds("lease", lease, positive=True),
+            backoff=backoff,
+            unique_key=unique_key,
+        )
+
+        def register(fn: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            v.optional_text("name", task_name, v.MAX_KIND)
+            if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+                raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            task = Task(self, fn, task_name, options)
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def run_eagerly(self, task: Task[Any, Any], arguments: dict[str, Any]) -> EnqueueResult:
+        """Inline mode (``leaseq.testing.inline``): run the call now, in this thread."""
+        arguments = v.decode(v.encode(arguments, self.settings.max_payload_bytes))
+        result = task.fn(**arguments)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+        return EnqueueResult(next(self._eager_ids), True)
+
+    async def run_eagerly_async(
+        self, task: Task[Any, Any], arguments: dict[str, Any]
+    ) -> EnqueueResult:
+        """``run_eagerly`` for ``enqueue_async``: awaits the task on the caller's loop."""
+        arguments = v.decode(v.encode(arguments, self.settings.max_payload_bytes))
+        result = task.fn(**arguments)
+        if inspect.isawaitable(result):
+            await result
+        return EnqueueResult(next(self._eager_ids), True)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,156 @@
+"""Helpers for testing code that uses leaseq, with leaseq's own machinery.
+
+    with leaseq.testing.inline(app):          # enqueue runs the task at once
+        signup(user)
+
+    signup(user)
+    leaseq.testing.assert_enqueued(send_email, args={"to": "ada@example.com"})
+    leaseq.testing.drain(app)                  # run what is due; re-raise the first failure
+
+Point the app at ``memory://`` (or a throwaway SQLite file) in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from leaseq._core import outcome as decide
+from leaseq._core.job import Job, JobInfo
+from leaseq.tasks import App, Task
+from leaseq.worker.context import JobContext, set_current
+
+__all__ = ["DrainResult", "assert_enqueued", "drain", "inline", "refute_enqueued", "run_job"]
+
+
+@contextmanager
+def inline(app: App) -> Iterator[App]:
+    """Inside the block, ``task.enqueue`` runs the task immediately in the caller's
+    thread (arguments still go through JSON) and exceptions propagate."""
+    before = app.eager
+    app.eager = True
+    try:
+        yield app
+    finally:
+        app.eager = before
+
+
+def _waiting(task: Task[Any, Any], queue: str | None, args: Mapping[str, Any] | None
+             ) -> list[JobInfo]:
+    found = []
+    for state in ("available", "scheduled"):
+        after = 0
+        while page := task.app.queue.jobs(queue, state=state, limit=1000, after=after):
+            after = page[-1].id
+            found += [
+                j for j in page
+                if j.kind == task.name and (args is None or _contains(j.payload, args))
+            ]
+    return sorted(found, key=lambda j: j.id)
+
+
+def _contains(payload: Any, args: Mapping[str, Any]) -> bool:
+    return isinstance(payload, dict) and all(payload.get(k, object()) == v for k, v in args.items())
+
+
+def assert_enqueued(
+    task: Task[Any, Any],
+    *,
+    args: Mapping[str, Any] | None = None,
+    queue: str | None = None,
+    count: int | None = None,
+) -> list[JobInfo]:
+    """Assert that calls of ``task`` wait in the queue: with these ``args`` (a subset of
+    the call's keyword arguments), on ``queue``, ``count`` of them (default: at least
+    one). Returns the matching jobs."""
+    jobs = _waiting(task, queue, args)
+    if (count is None and not jobs) or (count is not None and len(jobs) != count):
+        others = [(j.kind, j.queue, j.payload) for j in _waiting_all(task.app)][:20]
+        want = "at least one" if count is None else str(count)
+        raise AssertionError(
+            f"expected {want} waiting {task.name} job(s) with args {dict(args or {})} "
+            f"on {queue or 'any queue'}, found {len(jobs)}; waiting jobs: {others}"
+        )
+    return jobs
+
+
+def refute_enqueued(
+    task: Task[Any, Any], *, args: Mapping[str, Any] | None = None, queue: str | None = None
+) -> None:
+    """Assert that no matching call of ``task`` waits in the queue."""
+    assert_enqueued(task, args=args, queue=queue, count=0)
+
+
+def _waiting_all(app: App) -> list[JobInfo]:
+    return [j for j in app.queue.jobs(limit=1000) if j.state in ("available", "scheduled")]
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What ``drain`` did: jobs that completed and jobs whose attempt failed."""
+
+    completed: int
+    failed: int
+
+
+def run_job(app: App, job: Job) -> decide.Outcome:
+    """Run one leased job through its task, as a worker would, and record the outcome."""
+    return _run(app, job)[0]
+
+
+def _run(app: App, job: Job) -> tuple[decide.Outcome, Exception | None]:
+    task = app.tasks.get(job.kind or "")
+    error: Exception | None = None
+    if task is None:
+        outcome = decide.unknown_task(job.kind, sorted(app.tasks))
+    else:
+        token = set_current(JobContext(job=job, lease=task.lease, started=True))
+        try:
+            result = task.fn(**job.payload)
+            if inspect.isawaitable(result):
+                result = asyncio.run(_await(result))
+            outcome = decide.succeeded(result)
+        except Exception as exc:
+            outcome, error = decide.failed(exc), exc
+        finally:
+            set_current(None)
+            del token
+    backoff = task.backoff if task else None
+    for method, args, kwargs in decide.calls(job, outcome, backoff):
+        getattr(app.queue, method)(*args, **kwargs)
+    return outcome, error
+
+
+def drain(
+    app: App, queues: str | Sequence[str] | None = None, *, raise_errors: bool = True,
+    limit: int = 10_000,
+) -> DrainResult:
+    """Run every due job of ``queues`` (default: the app's task queues) in this thread,
+    one at a time, until none is due; failures are recorded as a worker would (retry
+    with backoff, dead after max attempts). With ``raise_errors`` the first handler
+    exception is re-raised as soon as it is recorded."""
+    if queues is None:
+        queues = sorted({t.defaults.queue for t in app.tasks.values()}) or ["default"]
+    completed = failed = 0
+    for _ in range(limit):
+        jobs = app.queue.dequeue(queues, worker_id="leaseq.testing.drain")
+        if not jobs:
+            break
+        outcome, exc = _run(app, jobs[0])
+        if outcome.action == "ack":
+            completed += 1
+            continue
+        failed += 1
+        if raise_errors:
+            if exc is not None:
+                raise exc
+            raise AssertionError(f"job {jobs[0].id} failed: {outcome.error}")
+    return DrainResult(completed, failed)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,412 @@
+"""The worker: fetches jobs for an ``App``'s tasks and runs them.
+
+Shape:
+
+* the **fetch loop** (asyncio) leases at most as many jobs as it has free slots, in one
+  claim per batch, then waits: on PostgreSQL until a NOTIFY names one of its queues, in
+  this process until a local enqueue does, and otherwise for an adaptive poll interval
+  that grows while queues stay empty;
+* each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones in a
+  thread pool of ``concurrency`` threads;
+* a **heartbeat thread** with its own client renews every held lease each lease/3, off
+  the handlers' threads and loop, so a CPU-bound handler cannot starve it. A lost lease or
+  a missed renewal deadline marks the job lost (async handlers are cancelled, sync ones
+  see ``current_job().lease_lost``) and its outcome is never written; a cancel request
+  stops the handler and records the job as cancelled;
+* **maintenance**: reclaim of expired leases every few seconds and pruning of history,
+  each with jitter so a fleet of workers does not run them in step;
+* **shutdown** on SIGTERM/SIGINT: stop fetching, let running jobs finish within
+  ``grace`` seconds while still heartbeating, then give back the rest without penalty
+  (``release``); a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from leaseq import _wakeup as wakeup
+from leaseq._client import AsyncQueue, Queue
+from leaseq._core import outcome as decide
+from leaseq._core.job import Job
+from leaseq._core.outcome import Outcome
+from leaseq.errors import JobCancelled, LeaseLost, LeaseqError, ValidationError
+from leaseq.tasks import App, Task
+from leaseq.worker.context import JobContext, set_current
+
+log = logging.getLogger("leaseq.worker")
+
+
+class Worker:
+    """Runs an ``App``'s tasks from ``queues``.
+
+    Args:
+        app: The app whose tasks this worker runs.
+        queues: Queues to take jobs from; default: every queue the app's tasks use.
+        concurrency: Jobs run at once. Defaults to 10.
+        lease: Lease length in seconds jobs are claimed with (tasks may renew with their
+            own). Defaults to the app's setting.
+        grace: Seconds running jobs get to finish after a stop signal. Defaults to 30.
+        poll_interval: Longest wait between polls of empty queues. Defaults to 1.
+        reclaim_interval: Seconds between reclaims of expired leases. Defaults to 5.
+        prune_after: History older than this many seconds is pruned (None: never).
+            Defaults to 7 days.
+        worker_id: Names this worker in the jobs it holds. Defaults to host:pid:random.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 10,
+        lease: float | None = None,
+        grace: float = 30.0,
+        poll_interval: float = 1.0,
+        reclaim_interval: float = 5.0,
+        prune_after: float | None = 7 * 86400.0,
+        worker_id: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.app = app
+        self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
+        if not self.queues:
+            raise LeaseqError("no queues to work: register tasks or pass queues")
+        self.concurrency = concurrency
+        self.lease = lease or app.settings.lease
+        self.grace = grace
+        self.poll_interval = poll_interval
+        self.reclaim_interval = reclaim_interval
+        self.prune_after = prune_after
+        suffix = f"{random.randrange(16**4):04x}"
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
+        self.inflight: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
+        self.processed = 0
+        self.failed = 0
+        self.stopping = False
+        self._signals = 0
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._beats_stop = threading.Event()
+
+    # -- entry points --------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
+        code = asyncio.run(self.run_async(install_signals=True))
+        if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("leaseq-job")):
+            # A sync handler ignored shutdown and still runs; its job was given back.
+            logging.shutdown()
+            os._exit(code)
+        return code
+
+    def stop(self) -> None:
+        """Ask the worker to stop as a first SIGTERM would (thread-safe)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._request_stop)
+
+    async def run_async(self, install_signals: bool = False) -> int:
+        """Run inside an existing event loop until stopped; returns the exit code."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            self.concurrency, thread_name_prefix="leaseq-job"
+        )
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._on_signal)
+        aq = AsyncQueue(self.app.url, self.app.settings)
+        beats = threading.Thread(target=self._heartbeats, name="leaseq-heartbeat", daemon=True)
+        beats.start()
+        unsubscribe = wakeup.subscribe(wakeup.key(self.app.url, self.app.settings.table_prefix),
+                                       self._on_local_enqueue)
+        helpers = [asyncio.create_task(self._maintenance(aq), name="leaseq-maintenance")]
+        listener = await self._listener()
+        if listener is not None:
+            helpers.append(listener)
+        log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
+                 ",".join(self.queues), self.concurrency)
+        try:
+            await self._fetch_loop(aq)
+            await self._drain(aq)
+        finally:
+            unsubscribe()
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self._beats_stop.set()
+            beats.join(5)
+            await aq.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        log.info("worker %s stopped: %d jobs processed, %d failed", self.worker_id,
+                 self.processed, self.failed)
+        return 0
+
+    # -- signals and wake-ups ------------------------------------------------------------
+
+    def _on_signal(self) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second stop signal: exiting at once; held leases will expire")
+            logging.shutdown()
+            os._exit(1)
+        log.info("stop signal: finishing running jobs (grace %.0f s)", self.grace)
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        self.stopping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def _on_local_enqueue(self, queues: Sequence[str]) -> None:
+        if self._loop is not None and self._wake is not None and set(queues) & set(self.queues):
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def _listener(self) -> asyncio.Task[None] | None:
+        """PostgreSQL LISTEN/NOTIFY wake-ups, when the backend has them."""
+        if not self.app.url.startswith(("postgresql://", "postgres://")):
+            return None
+        from leaseq.worker.listen import listen
+
+        return asyncio.create_task(
+            listen(self.app.url, self.app.settings.table_prefix, self.queues,
+                   self._wake_soon, lambda: self.stopping),
+            name="leaseq-listen",
+        )
+
+    def _wake_soon(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- fetching and running ------------------------------------------------------------
+
+    async def _fetch_loop(self, aq: AsyncQueue) -> None:
+        assert self._wake is not None
+        idle = 0.0
+        while not self.stopping:
+            free = self.concurrency - len(self.inflight)
+            if free <= 0:
+                await self._wait(None)
+                continue
+            try:
+                jobs = await aq.dequeue(self.queues, worker_id=self.worker_id,
+                                        lease=self.lease, limit=free)
+            except LeaseqError as exc:
+                log.warning("fetch failed, retrying: %s", exc)
+                jobs = []
+                idle = self.poll_interval
+            started = time.monotonic()
+            for job in jobs:
+                self._start(aq, job, started)
+            if jobs:
+                idle = 0.0
+                continue
+            # Empty queues: wait longer each time (up to poll_interval), with jitter so a
+            # fleet of idle workers does not poll in step.
+            idle = min(self.poll_interval, max(0.01, idle * 2))
+            await self._wait(idle * random.uniform(0.8, 1.2))
+
+    async def _wait(self, timeout: float | None) -> None:
+        assert self._wake is not None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    def _start(self, aq: AsyncQueue, job: Job, claimed_at: float) -> None:
+        task = self.app.tasks.get(job.kind or "")
+        lease = task.lease if task else self.lease
+        ctx = JobContext(job=job, lease=lease,
+                         deadline=claimed_at + job.lease * 0.9,
+                         next_beat=claimed_at + min(job.lease, lease) / 3)
+        runner = asyncio.create_task(self._run(aq, ctx, task), name=f"leaseq-job-{job.id}")
+        self.inflight[job.id] = (ctx, runner)
+        runner.add_done_callback(lambda _: self._finished(job.id))
+
+    def _finished(self, job_id: int) -> None:
+        self.inflight.pop(job_id, None)
+        if self._wake is not None:
+            self._wake.set()  # a slot is free
+
+    async def _run(self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None) -> None:
+        job = ctx.job
+        if task is None:
+            await self._record(aq, ctx, decide.unknown_task(job.kind, sorted(self.app.tasks)), None)
+            return
+        result: Outcome
+        timeout = task.defaults.timeout
+        began = time.monotonic()
+        try:
+            result = decide.succeeded(await self._call(ctx, task))
+        except asyncio.CancelledError:
+            if not (ctx.lease_lost or ctx.cancelled or ctx.shutting_down):
+                raise
+            result = Outcome("release")
+        except Exception as exc:
+            # A TimeoutError the handler raised itself is an ordinary failure.
+            if timeout and isinstance(exc, TimeoutError) and time.monotonic() - began >= timeout:
+                ctx.timed_out = True
+                result = decide.timed_out(timeout)
+            else:
+                result = decide.failed(exc)
+        await self._record(aq, ctx, result, task)
+
+    async def _call(self, ctx: JobContext, task: Task[Any, Any]) -> Any:
+        payload = ctx.job.payload
+        if not isinstance(payload, dict):
+            raise TypeError(f"task payload must be a JSON object of arguments, got {payload!r:.80}")
+        timeout = task.defaults.timeout
+        if task.is_async:
+            token = set_current(ctx)
+            try:
+                ctx.started = True
+                return await asyncio.wait_for(task.fn(**payload), timeout)
+            finally:
+                set_current(None)
+                del token
+        assert self._loop is not None and self._pool is not None
+        context = contextvars.copy_context()
+        future = self._loop.run_in_executor(self._pool, context.run, _run_sync, ctx, task, payload)
+        return await asyncio.wait_for(future, timeout)
+
+    async def _record(
+        self, aq: AsyncQueue, ctx: JobContext, result: Outcome, task: Task[Any, Any] | None
+    ) -> None:
+        """Write the job's outcome, unless the lease is gone; cancelled jobs are released
+        (which records them as cancelled)."""
+        job = ctx.job
+        if ctx.lease_lost:
+            log.warning("job %s: lease lost, outcome not recorded", job.id)
+            return
+        if ctx.shutting_down and result.action == "release" and not ctx.cancelled:
+            return  # shutdown gives it back itself
+        if ctx.cancelled:
+            result = Outcome("release")  # recorded as cancelled: a cancel was requested
+        backoff = task.backoff if task else None
+        try:
+            try:
+                for method, args, kwargs in decide.calls(job, result, backoff):
+                    await getattr(aq, method)(*args, **kwargs)
+            except ValidationError as exc:  # the result was not storable JSON
+                await aq.nack(job, f"result could not be stored: {exc}", backoff=backoff)
+                result = Outcome("nack")
+            self.processed += 1
+            self.failed += result.action in ("nack", "bury", "discard")
+        except LeaseLost:
+            log.warning("job %s: lease lost before its outcome was written", job.id)
+        except LeaseqError as exc:
+            log.error("job %s: outcome not written (%s); the lease will expire", job.id, exc)
+
+    async def _drain(self, aq: AsyncQueue) -> None:
+        """Shutdown: let running jobs finish within grace, then give the rest back."""
+        if not self.inflight:
+            return
+        running = [runner for _, runner in self.inflight.values()]
+        log.info("waiting up to %.0f s for %d running jobs", self.grace, len(running))
+        await asyncio.wait(running, timeout=self.grace)
+        for ctx, runner in list(self.inflight.values()):
+            ctx.shutting_down = True
+            runner.cancel()
+            try:
+                await aq.release(ctx.job)
+                log.info("job %s given back at shutdown", ctx.job.id)
+            except LeaseqError as exc:
+                log.warning("job %s not given back (%s); its lease will expire", ctx.job.id, exc)
+        await asyncio.gather(*(r for _, r in list(self.inflight.values())),
+                             return_exceptions=True)
+
+    # -- heartbeats --------------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        """Renew held leases from a thread of its own, with a client of its own."""
+        q = Queue(self.app.url, self.app.settings)
+        try:
+            while not self._beats_stop.is_set():
+                now = time.monotonic()
+                soonest = now + 0.5
+                for ctx, runner in list(self.inflight.values()):
+                    if ctx.lease_lost or runner.done():
+                        continue
+                    if now >= ctx.next_beat:
+                        self._beat(q, ctx, runner)
+                    if now >= ctx.deadline and not ctx.lease_lost:
+                        self._lose(ctx, runner, "no lease renewal in time")
+                    soonest = min(soonest, ctx.next_beat)
+                self._beats_stop.wait(max(0.01, soonest - time.monotonic()))
+        finally:
+            q.close()
+
+    def _beat(self, q: Queue, ctx: JobContext, runner: asyncio.Task[None]) -> None:
+        started = time.monotonic()
+        try:
+            q.heartbeat(ctx.job, extend=ctx.lease)
+            ctx.deadline = started + ctx.lease * 0.9
+            ctx.next_beat = started + ctx.lease / 3
+        except JobCancelled:
+            ctx.deadline = started + ctx.lease * 0.9
+            ctx.next_beat = started + ctx.lease / 3
+            if not ctx.cancelled:
+                ctx.cancelled = True
+                log.info("job %s cancelled while running", ctx.job.id)
+                self._interrupt(runner, ctx)
+        except LeaseLost:
+            self._lose(ctx, runner, "lease lost")
+        except LeaseqError as exc:
+            # Retry soon; the deadline check self-fences if renewals keep failing.
+            ctx.next_beat = started + min(1.0, ctx.lease / 10)
+            log.warning("job %s: heartbeat failed (%s)", ctx.job.id, exc)
+
+    def _lose(self, ctx: JobContext, runner: asyncio.Task[None], why: str) -> None:
+        ctx.lease_lost = True
+        log.warning("job %s: %s; stopping its work, its outcome will not be written",
+                    ctx.job.id, why)
+        self._interrupt(runner, ctx)
+
+    def _interrupt(self, runner: asyncio.Task[None], ctx: JobContext) -> None:
+        """Cancel an async handler; a sync one can only be told (``current_job()``)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(runner.cancel)
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    async def _maintenance(self, aq: AsyncQueue) -> None:
+        next_prune = time.monotonic() + random.uniform(0, 60)
+        while True:
+            # Jitter keeps a fleet of workers from reclaiming in step.
+            await asyncio.sleep(self.reclaim_interval * random.uniform(0.5, 1.5))
+            try:
+                reclaimed = await aq.reclaim()
+                if reclaimed:
+                    log.info("reclaimed %d jobs whose lease expired", reclaimed)
+                    self._wake_soon()
+                if self.prune_after is not None and time.monotonic() >= next_prune:
+                    next_prune = time.monotonic() + 3600 * random.uniform(0.9, 1.1)
+                    pruned = await aq.prune(older_than=self.prune_after)
+                    if pruned:
+                        log.info("pruned %d history rows", pruned)
+            except LeaseqError as exc:
+                log.warning("maintenance failed, will retry: %s", exc)
+
+
+def _run_sync(ctx: JobContext, task: Task[Any, Any], payload: dict[str, Any]) -> Any:
+    """Runs in a pool thread with the job as ``current_job()``."""
+    if ctx.should_stop:
+        raise asyncio.CancelledError  # given back before it started
+    set_current(ctx)
+    ctx.started = True
+    try:
+        return task.fn(**payload)
+    finally:
+        set_current(None)
