@@ -138,7 +138,7 @@ class BoundTask(Generic[P, R]):
     def __init__(self, task: Task[P, R], options: TaskOptions, conn: Any) -> None:
         self.task, self.opts, self.conn = task, options, conn
 
-    def item(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _item(self, arguments: dict[str, Any]) -> dict[str, Any]:
         unique = self.opts.unique_key
         if callable(unique):
             unique = unique(**arguments)
@@ -154,7 +154,7 @@ class BoundTask(Generic[P, R]):
         app = self.task.app
         if app.eager:
             return app.run_eagerly(self.task, arguments)
-        return app.queue.enqueue(**self.item(arguments), conn=self.conn)
+        return app.queue.enqueue(**self._item(arguments), conn=self.conn)
 
     def enqueue_many(self, calls: Iterable[Mapping[str, Any]]) -> list[EnqueueResult]:
         """Queue many calls with these options in one round trip."""
@@ -162,7 +162,7 @@ class BoundTask(Generic[P, R]):
         for call in calls:
             if not isinstance(call, Mapping):
                 raise InvalidArgument(f"{self.task.name}: each call must be a dict of arguments")
-            items.append(self.item(self.task.arguments((), dict(call))))
+            items.append(self._item(self.task.arguments((), dict(call))))
         app = self.task.app
         if app.eager:
             return [app.run_eagerly(self.task, item["payload"]) for item in items]
@@ -174,7 +174,7 @@ class BoundTask(Generic[P, R]):
         app = self.task.app
         if app.eager:
             return await app.run_eagerly_async(self.task, arguments)
-        return await app.async_queue.enqueue(**self.item(arguments), conn=self.conn)
+        return await app.async_queue.enqueue(**self._item(arguments), conn=self.conn)
 
 
 class App:
