@@ -306,11 +306,15 @@ def load_app(target: str) -> leaseq.App:
 @click.option("--lease", type=float, help="Lease seconds for claimed jobs.")
 @click.option("--grace", type=float, default=30.0, show_default=True,
               help="Seconds running jobs get to finish after SIGTERM.")
-@click.option("--poll-interval", type=float, default=1.0, show_default=True)
+@click.option("--poll-interval", type=float, default=1.0, show_default=True,
+              help="Longest wait between polls of empty queues.")
+@click.option("--reclaim-interval", type=float, default=5.0, show_default=True,
+              help="Seconds between reclaims of expired leases.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
 def worker(app_path: str, queues: str | None, concurrency: int, lease: float | None,
-           grace: float, poll_interval: float, log_level: str, url: str | None) -> None:
+           grace: float, poll_interval: float, reclaim_interval: float, log_level: str,
+           url: str | None) -> None:
     """Run the tasks of MODULE:APP until SIGTERM or SIGINT."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -319,7 +323,7 @@ def worker(app_path: str, queues: str | None, concurrency: int, lease: float | N
         app.url = url
     names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
     code = leaseq.Worker(app, names, concurrency=concurrency, lease=lease, grace=grace,
-                         poll_interval=poll_interval).run()
+                         poll_interval=poll_interval, reclaim_interval=reclaim_interval).run()
     sys.exit(code)
 
 

@@ -101,6 +101,8 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._beats_stop = threading.Event()
+        self.started = threading.Event()
+        """Set once the worker is fetching (for code that runs it in a thread)."""
 
     # -- entry points --------------------------------------------------------------------
 
@@ -115,7 +117,8 @@ class Worker:
 
     def stop(self) -> None:
         """Ask the worker to stop as a first SIGTERM would (thread-safe)."""
-        if self._loop is not None:
+        self.stopping = True
+        if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._request_stop)
 
     async def run_async(self, install_signals: bool = False) -> int:
@@ -139,6 +142,7 @@ class Worker:
             helpers.append(listener)
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
                  ",".join(self.queues), self.concurrency)
+        self.started.set()
         try:
             await self._fetch_loop(aq)
             await self._drain(aq)

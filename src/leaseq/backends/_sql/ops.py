@@ -96,9 +96,12 @@ class SqlOps:
             ids = yield from self.insert_plain([jobs[i] for i in plain])
             for i, job_id in zip(plain, ids, strict=True):
                 results[i] = EnqueueResult(job_id, True)
-        for i, job in enumerate(jobs):
-            if job.unique_key is not None:
-                results[i] = yield from self.insert_unique(job)
+        # Keyed rows go in one global order, so two batches that share keys wait on each
+        # other instead of deadlocking (each would otherwise hold a key the other needs).
+        keyed = sorted((i for i, job in enumerate(jobs) if job.unique_key is not None),
+                       key=lambda i: (jobs[i].queue, jobs[i].unique_key or "", i))
+        for i in keyed:
+            results[i] = yield from self.insert_unique(jobs[i])
         return [r for r in results if r is not None]
 
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:

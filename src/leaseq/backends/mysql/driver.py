@@ -76,6 +76,8 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
     if isinstance(exc, LeaseqError):
         return exc
     number, text = code(exc), str(exc)
+    if number in (DEADLOCK, LOCK_WAIT_TIMEOUT):
+        return BackendError(f"MySQL at {where} kept reporting conflicts, gave up: {text}")
     if number == 1146:
         return SchemaMissing(f"leaseq tables missing in {where} ({text}): run `leaseq migrate`")
     if number in (1045, 1044, 1698):

@@ -99,6 +99,8 @@ def retryable(exc: BaseException) -> bool:
 def translate(exc: BaseException, where: str) -> LeaseqError:
     if isinstance(exc, LeaseqError):
         return exc
+    if isinstance(exc, RETRYABLE):
+        return BackendError(f"PostgreSQL at {where} kept reporting conflicts, gave up: {exc}")
     if isinstance(exc, pg_errors.UndefinedTable):
         return SchemaMissing(f"leaseq tables missing in {where} ({exc}): run `leaseq migrate`")
     if isinstance(exc, (pg_errors.InvalidPassword, pg_errors.InvalidAuthorizationSpecification)):
