@@ -1,0 +1,259 @@
+"""The worker in this process, on every backend: outcomes, timeouts, cancellation, pause,
+concurrency limits, wake-ups and graceful stop. Real-process crashes and signals are in
+test_worker_processes.py."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import leaseq
+from tests.helpers import wait_for
+
+
+@pytest.fixture
+def app(q: leaseq.Queue, url: str, prefix: str) -> Iterator[leaseq.App]:
+    """An App on the test's fresh tables (``q`` migrated them)."""
+    application = leaseq.App(url, table_prefix=prefix, lease=5,
+                             backoff=leaseq.Backoff(base=0.05, cap=0.1, jitter=0))
+    yield application
+    application.close()
+
+
+@contextmanager
+def running(app: leaseq.App, **options: Any) -> Iterator[leaseq.Worker]:
+    options.setdefault("poll_interval", 0.05)
+    options.setdefault("grace", 5)
+    worker = leaseq.Worker(app, **options)
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()), daemon=True)
+    thread.start()
+    assert worker.started.wait(15), "worker did not start"
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop"
+
+
+def state(app: leaseq.App, job_id: int, *wanted: str) -> leaseq.JobInfo | None:
+    info = app.queue.get(job_id)
+    return info if info.state in wanted else None
+
+
+def test_sync_and_async_tasks_complete_with_their_results(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(queue="w")
+    async def mul(x: int, y: int) -> int:
+        await asyncio.sleep(0.01)
+        return x * y
+
+    a, b = add.enqueue(x=2, y=3).id, mul.enqueue(x=2, y=3).id
+    with running(app):
+        assert wait_for(lambda: state(app, a, "completed")).result == 5
+        assert wait_for(lambda: state(app, b, "completed")).result == 6
+
+
+def test_failures_retry_with_backoff_then_go_dead_with_the_traceback(app: leaseq.App) -> None:
+    seen: list[int] = []
+
+    @app.task(queue="w", max_attempts=3)
+    def fails_twice() -> str:
+        ctx = leaseq.current_job()
+        assert ctx is not None
+        seen.append(ctx.job.attempts)
+        if ctx.job.attempts < 3:
+            raise ConnectionError("upstream busy")
+        return "ok"
+
+    @app.task(queue="w", max_attempts=2)
+    def always_fails() -> None:
+        raise ValueError("bad record 7")
+
+    ok, bad = fails_twice.enqueue().id, always_fails.enqueue().id
+    with running(app):
+        assert wait_for(lambda: state(app, ok, "completed")).attempts == 3
+        dead = wait_for(lambda: state(app, bad, "dead"))
+    assert seen == [1, 2, 3]
+    assert dead.attempts == 2
+    assert "ValueError: bad record 7" in (dead.error or "")
+    assert "Traceback" in (dead.error or "")
+
+
+def test_retry_bury_and_discard_signals(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def later() -> None:
+        raise leaseq.Retry(delay=3600)
+
+    @app.task(queue="w")
+    def hopeless() -> None:
+        raise leaseq.Bury("needs a human")
+
+    @app.task(queue="w")
+    def pointless() -> None:
+        raise leaseq.Discard("stale request")
+
+    r, b, d = later.enqueue().id, hopeless.enqueue().id, pointless.enqueue().id
+    with running(app):
+        assert wait_for(lambda: state(app, r, "scheduled")).attempts == 1
+        assert wait_for(lambda: state(app, b, "dead")).error == "needs a human"
+        assert wait_for(lambda: state(app, d, "discarded")).error == "stale request"
+
+
+def test_a_job_of_an_unregistered_task_goes_dead_with_a_clear_error(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def known() -> None: ...
+
+    job = app.queue.enqueue("w", {}, kind="gone.task").id
+    with running(app):
+        dead = wait_for(lambda: state(app, job, "dead"))
+    assert "no task named 'gone.task'" in (dead.error or "")
+    assert dead.attempts == 1  # no looping
+
+
+@pytest.mark.parametrize("is_async", [True, False])
+def test_timeout_counts_as_a_failure(app: leaseq.App, is_async: bool) -> None:
+    if is_async:
+        @app.task(queue="w", timeout=0.2, max_attempts=1)
+        async def slow() -> None:
+            await asyncio.sleep(30)
+    else:
+        @app.task(queue="w", timeout=0.2, max_attempts=1)
+        def slow() -> None:
+            ctx = leaseq.current_job()
+            while ctx is not None and not ctx.should_stop:
+                time.sleep(0.01)
+
+    job = slow.enqueue().id
+    with running(app):
+        dead = wait_for(lambda: state(app, job, "dead"))
+    assert "timeout of 0.2 s" in (dead.error or "")
+
+
+def test_cancelling_running_jobs_stops_them_and_records_cancelled(app: leaseq.App) -> None:
+    seen_by_sync: list[bool] = []
+
+    @app.task(queue="w", lease=0.6)
+    async def long_async() -> None:
+        await asyncio.sleep(60)
+
+    @app.task(queue="w", lease=0.6)
+    def long_sync() -> None:
+        ctx = leaseq.current_job()
+        assert ctx is not None
+        deadline = time.monotonic() + 30
+        while not ctx.should_stop and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen_by_sync.append(ctx.cancelled)
+
+    a, s = long_async.enqueue().id, long_sync.enqueue().id
+    with running(app):
+        wait_for(lambda: state(app, a, "running") and state(app, s, "running"))
+        assert app.queue.cancel(a) == "running"
+        assert app.queue.cancel(s) == "running"
+        wait_for(lambda: state(app, a, "cancelled"))
+        wait_for(lambda: state(app, s, "cancelled"))
+        wait_for(lambda: seen_by_sync)
+    assert seen_by_sync == [True]
+
+
+def test_a_paused_queue_is_skipped_until_resumed(app: leaseq.App) -> None:
+    @app.task(queue="paused")
+    def held() -> None: ...
+
+    @app.task(queue="open")
+    def flowing() -> None: ...
+
+    app.queue.pause("paused")
+    h, f = held.enqueue().id, flowing.enqueue().id
+    with running(app):
+        wait_for(lambda: state(app, f, "completed"))
+        assert app.queue.get(h).state == "available"
+        app.queue.resume("paused")
+        wait_for(lambda: state(app, h, "completed"))
+
+
+def test_never_runs_more_jobs_than_its_concurrency(app: leaseq.App) -> None:
+    now = {"running": 0, "peak": 0}
+    lock = threading.Lock()
+
+    @app.task(queue="w")
+    async def busy() -> None:
+        with lock:
+            now["running"] += 1
+            now["peak"] = max(now["peak"], now["running"])
+        await asyncio.sleep(0.05)
+        with lock:
+            now["running"] -= 1
+
+    busy.enqueue_many([{} for _ in range(30)])
+    with running(app, concurrency=3) as worker:
+        wait_for(lambda: app.queue.stats()["w"].completed == 30, timeout=30)
+        assert len(worker.inflight) == 0
+    assert now["peak"] == 3
+
+
+def test_a_local_enqueue_wakes_an_idle_worker_at_once(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def ping() -> None: ...
+
+    with running(app, poll_interval=60):  # without the wake-up this would take a minute
+        time.sleep(0.3)  # let it go idle
+        job = ping.enqueue().id
+        wait_for(lambda: state(app, job, "completed"), timeout=10)
+
+
+def test_stop_lets_running_jobs_finish(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def slowish() -> str:
+        time.sleep(0.5)
+        return "finished"
+
+    job = slowish.enqueue().id
+    with running(app, grace=10):
+        wait_for(lambda: state(app, job, "running"))
+    assert app.queue.get(job).state == "completed"
+
+
+def test_stop_gives_back_jobs_that_outlive_the_grace_period(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    async def endless() -> None:
+        await asyncio.sleep(60)
+
+    job = endless.enqueue().id
+    with running(app, grace=0.2):
+        wait_for(lambda: state(app, job, "running"))
+    info = app.queue.get(job)
+    assert info.state == "available"
+    assert info.attempts == 0  # released without penalty
+
+
+def test_postgres_notify_wakes_a_worker_in_another_process(
+    backend: str, app: leaseq.App, url: str, prefix: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+
+    @app.task(queue="w", name="ping")
+    def ping() -> None: ...
+
+    with running(app, poll_interval=60):
+        time.sleep(0.3)
+        out = subprocess.run(
+            [sys.executable, "-m", "leaseq.cli", "enqueue", "w", "{}", "--kind", "ping",
+             "--url", url, "--table-prefix", prefix, "--json"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )
+        job = int(out.stdout.split('"id": ')[1].split(",")[0])
+        wait_for(lambda: state(app, job, "completed"), timeout=10)
