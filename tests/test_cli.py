@@ -1,0 +1,88 @@
+"""The CLI as an operator uses it, on SQLite: every command, --json, bad arguments, exit
+codes. Each run is a real `python -m leaseq.cli` process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path}/cli.db"
+
+    def leaseq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "leaseq.cli", *args], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path,
+                              env={"LEASEQ_URL": url, "PATH": "/usr/bin:/bin"})
+
+    assert leaseq("migrate").returncode == 0
+    return leaseq
+
+
+def test_operator_round_trip(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("enqueue", "emails", '{"to": "ada"}', "--priority", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    job = json.loads(out.stdout)["id"]
+    assert json.loads(run("enqueue", "emails", "{}", "--unique-key", "k", "--json").stdout)[
+        "created"]
+    again = run("enqueue", "emails", "{}", "--unique-key", "k")
+    assert "already queued" in again.stdout
+    late = json.loads(run("enqueue", "reports", "1", "--delay", "5m", "--json").stdout)["id"]
+
+    stats = {s["queue"]: s for s in json.loads(run("stats", "--json").stdout)}
+    assert stats["emails"]["available"] == 2 and stats["reports"]["scheduled"] == 1
+    assert "emails" in run("stats").stdout
+
+    listed = json.loads(run("jobs", "--queue", "emails", "--json").stdout)
+    assert listed[0]["id"] == job
+    assert json.loads(run("get", str(job), "--json").stdout)["payload"] == {"to": "ada"}
+    assert "payload" in run("get", str(job)).stdout
+
+    assert run("pause", "emails").returncode == 0
+    assert json.loads(run("stats", "--json").stdout)[0]["paused"] is True
+    assert run("resume", "emails").returncode == 0
+
+    assert run("retry", str(late)).returncode == 0
+    assert json.loads(run("get", str(late), "--json").stdout)["state"] == "available"
+    assert "cancelled" in run("cancel", str(job)).stdout
+    assert run("discard", str(late)).returncode == 0
+    assert json.loads(run("get", str(late), "--json").stdout)["state"] == "discarded"
+    assert "0 jobs kicked" in run("kick", "emails").stdout
+    assert "2 history rows pruned" in run("prune", "--older-than", "0").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("enqueue", "bad queue", "{}"), 1, "InvalidQueueName"),
+        (("enqueue", "q", "{not json"), 2, "PAYLOAD is not JSON"),
+        (("enqueue", "q", "{}", "--delay", "soon"), 2, "not a duration"),
+        (("get", "12345"), 4, "JobNotFound"),
+        (("get", "abc"), 2, "not a valid integer"),
+        (("retry", "99"), 4, "no job with id 99"),
+        (("jobs", "--state", "done"), 2, "Invalid value"),
+        (("stats", "--url", "postgresql://postgres@127.0.0.1:1/x"), 3, "BackendUnavailable"),
+        (("stats", "--url", "oracle://x"), 1, "ConfigurationError"),
+        (("worker", "no_such_module:app"), 2, "cannot import"),
+        (("schema",), 2, "Missing option"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_a_documented_exit_code(run, args, code, message) -> None:  # type: ignore[no-untyped-def]
+    out = run(*args)
+    assert out.returncode == code, (out.stdout, out.stderr)
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_demo_runs_to_the_end(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "leaseq.cli", "demo", "--jobs", "100"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "where each kind of job ended" in out.stdout
+    assert "poison" in out.stdout and "dead" in out.stdout
+    assert (tmp_path / "leaseq-demo.db").exists()
