@@ -29,7 +29,7 @@ from leaseq._core.job import (
 from leaseq._core.settings import Settings
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewJob
-from leaseq.errors import InvalidArgument
+from leaseq.errors import InvalidArgument, JobCancelled, LeaseLost
 
 _ENQUEUE_KEYS = frozenset(
     {"queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts"}
@@ -151,6 +151,39 @@ class _Shared:
     @staticmethod
     def _job_id(job_id: object) -> int:
         return v.integer("job_id", job_id, 1, 2**63 - 1)
+
+    def _batch_items(
+        self, jobs: Iterable[Job | tuple[Job, Any]]
+    ) -> list[tuple[int, int, str | None]]:
+        items = []
+        for entry in jobs:
+            job, result = entry if isinstance(entry, tuple) else (entry, None)
+            items.append((*self._held(job), self._result(result)))
+        return items
+
+    def _renewals(self, jobs: Iterable[Job], extend: float | None
+                  ) -> tuple[list[Job], list[tuple[int, int, float]]]:
+        held = list(jobs)
+        items = []
+        for job in held:
+            job_id, token = self._held(job)
+            seconds = v.seconds("extend", job.lease if extend is None else extend, positive=True)
+            items.append((job_id, token, seconds))
+        return held, items
+
+    @staticmethod
+    def _lease_states(
+        jobs: list[Job], raw: list[tuple[datetime, bool] | None]
+    ) -> list[datetime | LeaseLost | JobCancelled]:
+        out: list[datetime | LeaseLost | JobCancelled] = []
+        for job, status in zip(jobs, raw, strict=True):
+            if status is None:
+                out.append(LeaseLost(f"lease {job.lease_token} on job {job.id} is no longer valid"))
+            elif status[1]:
+                out.append(JobCancelled(f"job {job.id} was cancelled"))
+            else:
+                out.append(status[0])
+        return out
 
     @staticmethod
     def _listing(
@@ -285,6 +318,22 @@ class Queue(_Shared):
         job_id, token = self._held(job)
         text = self._result(result)
         self._backend.complete(job_id, token, text, conn)
+
+    def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
+        """Record many held jobs completed in one transaction: each a ``Job`` or a
+        ``(job, result)`` pair. Fenced per job: True where it completed, False where its
+        lease was lost (that job is left unchanged)."""
+        items = self._batch_items(jobs)
+        return self._backend.complete_many(items) if items else []
+
+    def heartbeat_many(
+        self, jobs: Iterable[Job], *, extend: float | None = None
+    ) -> list[datetime | LeaseLost | JobCancelled]:
+        """``heartbeat`` for many jobs in one transaction. Per job: the new
+        ``lease_until``, or the ``LeaseLost``/``JobCancelled`` it would have raised
+        (returned, not raised)."""
+        held, items = self._renewals(jobs, extend)
+        return self._lease_states(held, self._backend.renew_many(items)) if items else []
 
     def nack(
         self,
@@ -458,6 +507,18 @@ class AsyncQueue(_Shared):
         job_id, token = self._held(job)
         text = self._result(result)
         await self._backend.complete(job_id, token, text, conn)
+
+    async def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
+        """See ``Queue.ack_many``."""
+        items = self._batch_items(jobs)
+        return await self._backend.complete_many(items) if items else []
+
+    async def heartbeat_many(
+        self, jobs: Iterable[Job], *, extend: float | None = None
+    ) -> list[datetime | LeaseLost | JobCancelled]:
+        """See ``Queue.heartbeat_many``."""
+        held, items = self._renewals(jobs, extend)
+        return self._lease_states(held, await self._backend.renew_many(items)) if items else []
 
     async def nack(
         self,

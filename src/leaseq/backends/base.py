@@ -61,6 +61,16 @@ class Backend(Protocol):
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> None:
         """running → completed: history row written, live row removed."""
 
+    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
+        """``complete`` for each ``(id, token, result)`` in one transaction: True per job
+        completed, False (nothing changed) per stale lease."""
+
+    def renew_many(
+        self, items: Sequence[tuple[int, int, float]]
+    ) -> list[tuple[datetime, bool] | None]:
+        """``renew`` for each ``(id, token, extend)``: ``(lease_until, cancel_requested)``
+        per job still held, None per stale lease."""
+
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState:
         """running → available/scheduled after ``delay``; → dead when attempts are used
         up; → cancelled (history) when a cancel was requested."""
@@ -129,6 +139,12 @@ class AsyncBackend(Protocol):
     async def complete(
         self, job_id: int, token: int, result: str | None, conn: Any = None
     ) -> None: ...
+    async def complete_many(
+        self, items: Sequence[tuple[int, int, str | None]]
+    ) -> list[bool]: ...
+    async def renew_many(
+        self, items: Sequence[tuple[int, int, float]]
+    ) -> list[tuple[datetime, bool] | None]: ...
     async def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState: ...
     async def release(self, job_id: int, token: int, delay: float) -> JobState: ...
     async def bury(self, job_id: int, token: int, reason: str | None) -> None: ...

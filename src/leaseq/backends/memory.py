@@ -147,6 +147,31 @@ class MemoryBackend:
         with self.lock:
             self._archive(self._held(job_id, token), "completed", result, None)
 
+    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
+        with self.lock:
+            done = []
+            for job_id, token, result in items:
+                r = self.live.get(job_id)
+                ok = r is not None and r.state == "running" and r.lease_token == token
+                if ok:
+                    self._archive(r, "completed", result, None)  # type: ignore[arg-type]
+                done.append(ok)
+            return done
+
+    def renew_many(
+        self, items: Sequence[tuple[int, int, float]]
+    ) -> list[tuple[datetime, bool] | None]:
+        with self.lock:
+            out: list[tuple[datetime, bool] | None] = []
+            for job_id, token, extend in items:
+                r = self.live.get(job_id)
+                if r is None or r.state != "running" or r.lease_token != token:
+                    out.append(None)
+                    continue
+                r.lease_until = self.clock() + extend
+                out.append((_dt(r.lease_until), r.cancel_requested))  # type: ignore[arg-type]
+            return out
+
     def _reschedule(self, r: _Row, delay: float, error: str | None) -> JobState:
         r.state, r.lease_until = "available", None
         r.available_at = self.clock() + delay

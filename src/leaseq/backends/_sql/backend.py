@@ -51,6 +51,12 @@ class SqlBackend:
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
         return self.runner.run(lambda: self.ops.complete(job_id, token, result), conn=conn)
 
+    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
+        return self.runner.run(lambda: self.ops.complete_many(items))
+
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
+        return self.runner.run(lambda: self.ops.renew_many(items))
+
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
         return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
 

@@ -189,6 +189,44 @@ class SqlOps:
         yield from self.lock_held(job_id, token)
         yield from self.archive(job_id, "completed", result=result, error=None)
 
+    def complete_many(
+        self, items: Sequence[tuple[int, int, str | None]]
+    ) -> Plan[list[bool]]:
+        """Completes each ``(id, token, result)`` still held under its token; True per
+        job completed, False per lease lost. One transaction, a few statements."""
+        ids = self.d.ids([job_id for job_id, _, _ in items])
+        held = dict((yield Stmt("held_many", {"ids": ids})).rows)
+        done = [held.get(job_id) == token for job_id, token, _ in items]
+        plain = [i for (i, _, res), ok in zip(items, done, strict=True) if ok and res is None]
+        if plain:
+            yield Stmt("archive_completed_many", {"ids": self.d.ids(plain)})
+        for (job_id, _, res), ok in zip(items, done, strict=True):
+            if ok and res is not None:
+                params = {"id": job_id, "state": "completed", "result": res, "error": None}
+                yield Stmt("archive", params)
+        finished = [job_id for (job_id, _, _), ok in zip(items, done, strict=True) if ok]
+        if finished:
+            yield Stmt("delete_many", {"ids": self.d.ids(finished)})
+        return done
+
+    def renew_many(
+        self, items: Sequence[tuple[int, int, float]]
+    ) -> Plan[list[tuple[datetime, bool] | None]]:
+        """Extends each ``(id, token, extend)`` still held; per job ``(lease_until,
+        cancel_requested)`` or None when the lease is lost."""
+        out: list[tuple[datetime, bool] | None] = []
+        for job_id, token, extend in items:
+            params = {"id": job_id, "token": token, "extend": self.d.span(extend)}
+            r = yield Stmt("renew", params)
+            if not r.rowcount:
+                out.append(None)
+                continue
+            if not self.d.returning:
+                r = yield Stmt("lease_of", {"id": job_id})
+            until, cancel_requested = r.rows[0]
+            out.append((self.d.dt(until), bool(cancel_requested)))  # type: ignore[arg-type]
+        return out
+
     def archive(
         self, job_id: int, state: JobState, *, result: str | None, error: str | None
     ) -> Plan[None]:

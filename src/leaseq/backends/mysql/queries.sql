@@ -204,3 +204,19 @@ SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique
 FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
+
+-- name: held_many
+SELECT id, lease_token FROM {prefix}jobs
+WHERE id IN :ids AND state = 'running'
+FOR UPDATE;
+
+-- name: archive_completed_many
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at)
+SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at, UTC_TIMESTAMP(6)
+FROM {prefix}jobs WHERE id IN :ids;
+
+-- name: delete_many
+DELETE FROM {prefix}jobs WHERE id IN :ids;

@@ -63,6 +63,24 @@ class PostgresOps(SqlOps):
         if not r.rows:
             raise self.lost(job_id, token)
 
+    def complete_many(
+        self, items: Sequence[tuple[int, int, str | None]]
+    ) -> Plan[list[bool]]:
+        params = {"ids": [i for i, _, _ in items], "tokens": [t for _, t, _ in items],
+                  "results": [r for _, _, r in items]}
+        r = yield Stmt("complete_many", params)
+        done = {row[0] for row in r.rows}
+        return [job_id in done for job_id, _, _ in items]
+
+    def renew_many(
+        self, items: Sequence[tuple[int, int, float]]
+    ) -> Plan[list[Any]]:
+        params = {"ids": [i for i, _, _ in items], "tokens": [t for _, t, _ in items],
+                  "extends": [e for _, _, e in items]}
+        r = yield Stmt("renew_many", params)
+        renewed = {row[0]: (self.d.dt(row[1]), bool(row[2])) for row in r.rows}
+        return [renewed.get(job_id) for job_id, _, _ in items]
+
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
         if len(jobs) == 1:
             return (yield from super().insert_plain(jobs))

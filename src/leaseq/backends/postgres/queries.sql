@@ -224,3 +224,28 @@ ORDER BY id LIMIT :limit;
 
 -- name: notify
 SELECT pg_notify(:channel, q) FROM unnest(:queues::text[]) AS q;
+
+-- name: complete_many
+-- Per-job fencing in one statement: only rows still running under the presented token are
+-- archived and removed; the ids returned are the jobs completed.
+WITH input AS (
+    SELECT * FROM unnest(:ids::bigint[], :tokens::bigint[], :results::text[])
+        AS i(id, token, result)
+), done AS (
+    DELETE FROM {prefix}jobs AS j USING input AS i
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+    RETURNING j.*, i.result AS new_result
+)
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at)
+SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attempts,
+       max_attempts, unique_key, worker_id, created_at, started_at, now()
+FROM done
+RETURNING id;
+
+-- name: renew_many
+UPDATE {prefix}jobs AS j SET lease_until = now() + make_interval(secs => i.extend)
+FROM unnest(:ids::bigint[], :tokens::bigint[], :extends::float8[]) AS i(id, token, extend)
+WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+RETURNING j.id, j.lease_until, j.cancel_requested;

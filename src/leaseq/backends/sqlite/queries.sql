@@ -201,3 +201,18 @@ SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique
 FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
+
+-- name: held_many
+SELECT id, lease_token FROM {prefix}jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running';
+
+-- name: archive_completed_many
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at)
+SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
+       unique_key, worker_id, created_at, started_at, (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: delete_many
+DELETE FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
