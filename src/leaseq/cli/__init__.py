@@ -310,11 +310,12 @@ def load_app(target: str) -> leaseq.App:
               help="Longest wait between polls of empty queues.")
 @click.option("--reclaim-interval", type=float, default=5.0, show_default=True,
               help="Seconds between reclaims of expired leases.")
+@click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
 def worker(app_path: str, queues: str | None, concurrency: int, lease: float | None,
-           grace: float, poll_interval: float, reclaim_interval: float, log_level: str,
-           url: str | None) -> None:
+           grace: float, poll_interval: float, reclaim_interval: float, burst: bool,
+           log_level: str, url: str | None) -> None:
     """Run the tasks of MODULE:APP until SIGTERM or SIGINT."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -323,7 +324,8 @@ def worker(app_path: str, queues: str | None, concurrency: int, lease: float | N
         app.url = url
     names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
     code = leaseq.Worker(app, names, concurrency=concurrency, lease=lease, grace=grace,
-                         poll_interval=poll_interval, reclaim_interval=reclaim_interval).run()
+                         poll_interval=poll_interval, reclaim_interval=reclaim_interval,
+                         burst=burst).run()
     sys.exit(code)
 
 

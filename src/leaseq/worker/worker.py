@@ -43,6 +43,7 @@ from leaseq._core.job import Job
 from leaseq._core.outcome import Outcome
 from leaseq.errors import JobCancelled, LeaseLost, LeaseqError, ValidationError
 from leaseq.tasks import App, Task
+from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
 
 log = logging.getLogger("leaseq.worker")
@@ -63,6 +64,8 @@ class Worker:
         prune_after: History older than this many seconds is pruned (None: never).
             Defaults to 7 days.
         worker_id: Names this worker in the jobs it holds. Defaults to host:pid:random.
+        burst: Stop by itself once it has run jobs and finds its queues empty (for
+            batch runs and benchmarks). Defaults to False.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Worker:
         reclaim_interval: float = 5.0,
         prune_after: float | None = 7 * 86400.0,
         worker_id: str | None = None,
+        burst: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -90,6 +94,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.reclaim_interval = reclaim_interval
         self.prune_after = prune_after
+        self.burst = burst
         suffix = f"{random.randrange(16**4):04x}"
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self.inflight: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
@@ -132,6 +137,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
         aq = AsyncQueue(self.app.url, self.app.settings)
+        self._completer = Completer(aq)
+        self._completer.start()
         beats = threading.Thread(target=self._heartbeats, name="leaseq-heartbeat", daemon=True)
         beats.start()
         unsubscribe = wakeup.subscribe(wakeup.key(self.app.url, self.app.settings.table_prefix),
@@ -151,6 +158,7 @@ class Worker:
             for helper in helpers:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            await self._completer.close()
             self._beats_stop.set()
             beats.join(5)
             await aq.close()
@@ -218,6 +226,9 @@ class Worker:
             if jobs:
                 idle = 0.0
                 continue
+            if self.burst and self.processed and not self.inflight:
+                log.info("queues empty: burst run done")
+                break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
             # fleet of idle workers does not poll in step.
             idle = min(self.poll_interval, max(0.01, idle * 2))
@@ -301,8 +312,13 @@ class Worker:
         backoff = task.backoff if task else None
         try:
             try:
-                for method, args, kwargs in decide.calls(job, result, backoff):
-                    await getattr(aq, method)(*args, **kwargs)
+                if result.action == "ack":
+                    aq._result(result.result)  # an unstorable result fails this job alone
+                    if not await self._completer.ack(job, result.result):
+                        raise LeaseLost(f"job {job.id}")
+                else:
+                    for method, args, kwargs in decide.calls(job, result, backoff):
+                        await getattr(aq, method)(*args, **kwargs)
             except ValidationError as exc:  # the result was not storable JSON
                 await aq.nack(job, f"result could not be stored: {exc}", backoff=backoff)
                 result = Outcome("nack")
@@ -339,38 +355,44 @@ class Worker:
         try:
             while not self._beats_stop.is_set():
                 now = time.monotonic()
-                soonest = now + 0.5
-                for ctx, runner in list(self.inflight.values()):
-                    if ctx.lease_lost or runner.done():
-                        continue
-                    if now >= ctx.next_beat:
-                        self._beat(q, ctx, runner)
-                    if now >= ctx.deadline and not ctx.lease_lost:
+                held = [(c, r) for c, r in list(self.inflight.values())
+                        if not (c.lease_lost or r.done())]
+                due = [(c, r) for c, r in held if now >= c.next_beat]
+                if due:
+                    self._beat(q, due)
+                for ctx, runner in held:
+                    if time.monotonic() >= ctx.deadline and not ctx.lease_lost:
                         self._lose(ctx, runner, "no lease renewal in time")
-                    soonest = min(soonest, ctx.next_beat)
-                self._beats_stop.wait(max(0.01, soonest - time.monotonic()))
+                soonest = min((c.next_beat for c, _ in held), default=now + 0.5)
+                self._beats_stop.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
         finally:
             q.close()
 
-    def _beat(self, q: Queue, ctx: JobContext, runner: asyncio.Task[None]) -> None:
-        started = time.monotonic()
-        try:
-            q.heartbeat(ctx.job, extend=ctx.lease)
-            ctx.deadline = started + ctx.lease * 0.9
-            ctx.next_beat = started + ctx.lease / 3
-        except JobCancelled:
-            ctx.deadline = started + ctx.lease * 0.9
-            ctx.next_beat = started + ctx.lease / 3
-            if not ctx.cancelled:
-                ctx.cancelled = True
-                log.info("job %s cancelled while running", ctx.job.id)
-                self._interrupt(runner, ctx)
-        except LeaseLost:
-            self._lose(ctx, runner, "lease lost")
-        except LeaseqError as exc:
-            # Retry soon; the deadline check self-fences if renewals keep failing.
-            ctx.next_beat = started + min(1.0, ctx.lease / 10)
-            log.warning("job %s: heartbeat failed (%s)", ctx.job.id, exc)
+    def _beat(self, q: Queue, due: list[tuple[JobContext, asyncio.Task[None]]]) -> None:
+        """Renews every due lease, one transaction per distinct lease length."""
+        by_lease: dict[float, list[tuple[JobContext, asyncio.Task[None]]]] = {}
+        for ctx, runner in due:
+            by_lease.setdefault(ctx.lease, []).append((ctx, runner))
+        for lease, group in by_lease.items():
+            started = time.monotonic()
+            try:
+                states = q.heartbeat_many([c.job for c, _ in group], extend=lease)
+            except LeaseqError as exc:
+                # Retry soon; the deadline check self-fences if renewals keep failing.
+                for ctx, _ in group:
+                    ctx.next_beat = started + min(1.0, lease / 10)
+                log.warning("heartbeat of %d jobs failed (%s)", len(group), exc)
+                continue
+            for (ctx, runner), state in zip(group, states, strict=True):
+                if isinstance(state, LeaseLost):
+                    self._lose(ctx, runner, "lease lost")
+                    continue
+                ctx.deadline = started + lease * 0.9
+                ctx.next_beat = started + lease / 3
+                if isinstance(state, JobCancelled) and not ctx.cancelled:
+                    ctx.cancelled = True
+                    log.info("job %s cancelled while running", ctx.job.id)
+                    self._interrupt(runner, ctx)
 
     def _lose(self, ctx: JobContext, runner: asyncio.Task[None], why: str) -> None:
         ctx.lease_lost = True

@@ -31,10 +31,12 @@ class SqlBackend:
         return self.runner.migrate()
 
     def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.enqueue(jobs), conn=conn)
+        return self.runner.run(lambda: self.ops.enqueue(jobs), conn=conn,
+                               single=self.ops.single("enqueue", jobs))
 
     def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit))
+        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit),
+                               single=self.ops.single("claim"))
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
         def check(outcome: tuple[datetime, bool]) -> datetime:
@@ -46,16 +48,20 @@ class SqlBackend:
                 )
             return until
 
-        return self.runner.run(lambda: self.ops.renew(job_id, token, extend), after=check)
+        return self.runner.run(lambda: self.ops.renew(job_id, token, extend), after=check,
+                               single=self.ops.single("renew"))
 
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.complete(job_id, token, result), conn=conn)
+        return self.runner.run(lambda: self.ops.complete(job_id, token, result), conn=conn,
+                               single=self.ops.single("complete"))
 
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
-        return self.runner.run(lambda: self.ops.complete_many(items))
+        return self.runner.run(lambda: self.ops.complete_many(items),
+                               single=self.ops.single("complete_many"))
 
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
-        return self.runner.run(lambda: self.ops.renew_many(items))
+        return self.runner.run(lambda: self.ops.renew_many(items),
+                               single=self.ops.single("renew_many"))
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
         return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
@@ -100,6 +106,10 @@ class SqlBackend:
 
     def prune(self, older_than: float) -> Any:
         return self.runner.run(lambda: self.ops.prune(older_than))
+
+    def drop(self) -> Any:
+        """Not part of the contract: drops this prefix's tables (``leaseq bench``)."""
+        return self.runner.run(self.ops.drop)
 
     def close(self) -> Any:
         return self.runner.close()

@@ -87,6 +87,11 @@ class SqlOps:
     def __init__(self, dialect: Dialect) -> None:
         self.d = dialect
 
+    def single(self, operation: str, jobs: Sequence[NewJob] = ()) -> bool:
+        """True when this dialect runs ``operation`` as one statement, which needs no
+        explicit transaction around it."""
+        return False
+
     # -- enqueue -------------------------------------------------------------------------
 
     def enqueue(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
@@ -376,6 +381,14 @@ class SqlOps:
             params = {"ids": self.d.ids(dead), "error": "lease expired"}
             reclaimed += (yield Stmt("reclaim_to_dead", params)).rowcount
         return reclaimed
+
+    def drop(self) -> Plan[None]:
+        """Removes every table of this prefix (benchmarks and tests clean up with it)."""
+        if "drop_tables" in self.d.q:
+            yield Stmt("drop_tables")
+        else:
+            for table in ("history", "jobs", "queues", "migrations"):
+                yield Stmt(f"drop_{table}")
 
     def prune(self, older_than: float, batch: int = 5000) -> Plan[int]:
         pruned = 0

@@ -42,6 +42,7 @@ class SyncRunner(ABC):
         write: bool = True,
         conn: Any = None,
         after: Callable[[T], Any] | None = None,
+        single: bool = False,
     ) -> Any:
         if conn is not None:
             try:
@@ -51,15 +52,15 @@ class SyncRunner(ABC):
             except Exception as exc:
                 raise self.translate(exc) from exc
         else:
-            result = self.run_retrying(factory, write)
+            result = self.run_retrying(factory, write, single)
         return after(result) if after else result
 
-    def run_retrying(self, factory: PlanFactory[T], write: bool) -> T:
+    def run_retrying(self, factory: PlanFactory[T], write: bool, single: bool = False) -> T:
         attempt = 0
         while True:
             attempt += 1
             try:
-                return self.run_once(factory(), write)
+                return self.run_once(factory(), write, single)
             except LeaseqError:
                 raise
             except Exception as exc:
@@ -69,8 +70,9 @@ class SyncRunner(ABC):
                 raise self.translate(exc) from exc
 
     @abstractmethod
-    def run_once(self, plan: Plan[T], write: bool) -> T:
-        """Runs the plan in one transaction of a pooled connection."""
+    def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
+        """Runs the plan in one transaction of a pooled connection; ``single`` plans are
+        one statement, which a driver may run without an explicit transaction."""
 
     @abstractmethod
     def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
@@ -95,7 +97,7 @@ class PooledSyncRunner(SyncRunner, Generic[C]):
     def __init__(self, pool: Pool[C]) -> None:
         self.pool = pool
 
-    def run_once(self, plan: Plan[T], write: bool) -> T:
+    def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         conn = self.pool.get()
         broken = False
         try:
@@ -146,11 +148,13 @@ class AsyncRunner(ABC):
         write: bool = True,
         conn: Any = None,
         after: Callable[[T], Any] | None = None,
+        single: bool = False,
     ) -> Awaitable[Any]:
-        return self._run(factory, write, conn, after)
+        return self._run(factory, write, conn, after, single)
 
     async def _run(
-        self, factory: PlanFactory[T], write: bool, conn: Any, after: Callable[[T], Any] | None
+        self, factory: PlanFactory[T], write: bool, conn: Any,
+        after: Callable[[T], Any] | None, single: bool,
     ) -> Any:
         if conn is not None:
             try:
@@ -164,7 +168,7 @@ class AsyncRunner(ABC):
             while True:
                 attempt += 1
                 try:
-                    result = await self.run_once(factory(), write)
+                    result = await self.run_once(factory(), write, single)
                     break
                 except LeaseqError:
                     raise
@@ -185,7 +189,7 @@ class AsyncRunner(ABC):
             return done.value  # type: ignore[no-any-return]
 
     @abstractmethod
-    async def run_once(self, plan: Plan[T], write: bool) -> T: ...
+    async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T: ...
 
     @abstractmethod
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T: ...
@@ -218,8 +222,10 @@ class ThreadedAsyncRunner:
         write: bool = True,
         conn: Any = None,
         after: Callable[[T], Any] | None = None,
+        single: bool = False,
     ) -> Awaitable[Any]:
-        return asyncio.to_thread(self.sync.run, factory, write=write, conn=conn, after=after)
+        return asyncio.to_thread(self.sync.run, factory, write=write, conn=conn, after=after,
+                                 single=single)
 
     async def migrate(self) -> None:
         await asyncio.to_thread(self.sync.migrate)

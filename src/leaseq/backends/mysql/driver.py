@@ -296,7 +296,7 @@ class AsyncMysqlRunner(AsyncRunner):
             rows = list(await cur.fetchall()) if cur.description else []
             return Result(rows, cur.rowcount, cur.lastrowid)
 
-    async def run_once(self, plan: Plan[T], write: bool) -> T:
+    async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
         conn = await pool.acquire()
         broken = False

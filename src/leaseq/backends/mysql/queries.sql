@@ -220,3 +220,6 @@ FROM {prefix}jobs WHERE id IN :ids;
 
 -- name: delete_many
 DELETE FROM {prefix}jobs WHERE id IN :ids;
+
+-- name: drop_tables
+DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;

@@ -12,7 +12,6 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from leaseq._core.job import EnqueueResult
 from leaseq._core.settings import Settings
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
@@ -40,6 +39,10 @@ class PostgresDialect(Dialect):
     package = PACKAGE
     paramstyle = "pyformat"
 
+    def row(self, job: NewJob) -> dict[str, Any]:
+        # Workers LISTEN on "<prefix>jobs"; the insert notifies it.
+        return {**super().row(job), "channel": f"{self.prefix}jobs"}
+
 
 class PostgresOps(SqlOps):
     """PostgreSQL claims a batch and completes a job in one statement each."""
@@ -51,12 +54,13 @@ class PostgresOps(SqlOps):
         r = yield Stmt("claim", params)
         return self.jobs(r.rows, lease)
 
-    def enqueue(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
-        results = yield from super().enqueue(jobs)
-        # Workers LISTEN on this channel; delivered at commit, dropped on rollback.
-        channel = f"{self.d.prefix}jobs"
-        yield Stmt("notify", {"channel": channel, "queues": sorted({j.queue for j in jobs})})
-        return results
+    # These plans are one statement here, atomic without BEGIN/COMMIT round trips.
+    SINGLE = frozenset({"claim", "complete", "complete_many", "renew", "renew_many"})
+
+    def single(self, operation: str, jobs: Sequence[NewJob] = ()) -> bool:
+        if operation == "enqueue":
+            return all(job.unique_key is None for job in jobs)
+        return operation in self.SINGLE
 
     def complete(self, job_id: int, token: int, result: str | None) -> Plan[None]:
         r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})
@@ -91,7 +95,7 @@ class PostgresOps(SqlOps):
         for job in jobs:
             for key, values in columns.items():
                 values.append(getattr(job, key))
-        r = yield Stmt("insert_jobs", columns)
+        r = yield Stmt("insert_jobs", {**columns, "channel": f"{self.d.prefix}jobs"})
         # Identity values are drawn in ORDER BY order, so ascending ids are input order.
         return sorted(int(row[0]) for row in r.rows)
 
@@ -166,13 +170,18 @@ class PostgresRunner(SyncRunner):
             psycopg.connect(url, connect_timeout=max(1, int(settings.connect_timeout))).close()
         except Exception as exc:
             raise translate(exc, self.where) from exc
+        # Autocommit: a one-statement plan needs no BEGIN/COMMIT round trips; others run
+        # in an explicit transaction.
         self.pool = ConnectionPool(url, min_size=1, max_size=settings.pool_size,
                                    timeout=settings.connect_timeout, open=True,
-                                   kwargs={"autocommit": False}, name="leaseq")
+                                   kwargs={"autocommit": True}, name="leaseq")
 
-    def run_once(self, plan: Plan[T], write: bool) -> T:
-        with self.pool.connection() as conn:  # commits on success, rolls back on error
-            return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+    def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
+        with self.pool.connection() as conn:
+            if single:
+                return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+            with conn.transaction():
+                return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
 
     def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         if caller_mode(conn, psycopg.Connection):
@@ -189,7 +198,7 @@ class PostgresRunner(SyncRunner):
     def migrate(self) -> None:
         q = self.d.q
         try:
-            with self.pool.connection() as conn:  # DDL is transactional: all or nothing
+            with self.pool.connection() as conn, conn.transaction():  # DDL all or nothing
                 # Racing migrators queue on one advisory lock per table prefix.
                 conn.execute(q["migrate_lock"], {"key": f"leaseq:migrate:{self.d.prefix}"})
                 conn.execute(q["migrations_table"])
@@ -231,16 +240,19 @@ class AsyncPostgresRunner(AsyncRunner):
                     pool = AsyncConnectionPool(
                         self.url, min_size=1, max_size=self.settings.pool_size,
                         timeout=self.settings.connect_timeout, open=False,
-                        kwargs={"autocommit": False}, name="leaseq-async",
+                        kwargs={"autocommit": True}, name="leaseq-async",
                     )
                     await pool.open()
                     self._pool = pool
         return self._pool
 
-    async def run_once(self, plan: Plan[T], write: bool) -> T:
+    async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
         async with pool.connection() as conn:
-            return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+            if single:
+                return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+            async with conn.transaction():
+                return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
 
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         if caller_mode(conn, psycopg.AsyncConnection):

@@ -2,11 +2,13 @@
 -- (id, lease_token, state) first, so a stale holder matches nothing.
 
 -- name: insert_job
+-- pg_notify wakes LISTENing workers at commit (identical notifications in one transaction
+-- are delivered once), without a round trip of its own.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           available_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)))
-RETURNING id;
+RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_jobs
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, available_at)
@@ -16,7 +18,7 @@ FROM unnest(:queue::text[], :kind::text[], :payload::text[], :priority::integer[
             :max_attempts::integer[], :run_at::timestamptz[], :delay::float8[])
      WITH ORDINALITY AS r(queue, kind, payload, priority, max_attempts, run_at, delay, n)
 ORDER BY r.n
-RETURNING id;
+RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
@@ -24,7 +26,7 @@ INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_k
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)))
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-RETURNING id;
+RETURNING id, pg_notify(:channel, queue);
 
 -- name: find_unique
 SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
@@ -222,9 +224,6 @@ WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:state::text IS NULL OR state = :state::text)
 ORDER BY id LIMIT :limit;
 
--- name: notify
-SELECT pg_notify(:channel, q) FROM unnest(:queues::text[]) AS q;
-
 -- name: complete_many
 -- Per-job fencing in one statement: only rows still running under the presented token are
 -- archived and removed; the ids returned are the jobs completed.
@@ -249,3 +248,6 @@ UPDATE {prefix}jobs AS j SET lease_until = now() + make_interval(secs => i.exten
 FROM unnest(:ids::bigint[], :tokens::bigint[], :extends::float8[]) AS i(id, token, extend)
 WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
 RETURNING j.id, j.lease_until, j.cancel_requested;
+
+-- name: drop_tables
+DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;

@@ -216,3 +216,15 @@ FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: delete_many
 DELETE FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: drop_history
+DROP TABLE IF EXISTS {prefix}history;
+
+-- name: drop_jobs
+DROP TABLE IF EXISTS {prefix}jobs;
+
+-- name: drop_queues
+DROP TABLE IF EXISTS {prefix}queues;
+
+-- name: drop_migrations
+DROP TABLE IF EXISTS {prefix}migrations;
