@@ -86,3 +86,19 @@ def test_demo_runs_to_the_end(tmp_path: Path) -> None:
     assert "where each kind of job ended" in out.stdout
     assert "poison" in out.stdout and "dead" in out.stdout
     assert (tmp_path / "leaseq-demo.db").exists()
+
+
+def test_bench_measures_and_cleans_up(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/bench.db"
+    out = subprocess.run([sys.executable, "-m", "leaseq.cli", "bench", "--url", url, "--jobs",
+                          "300", "--seconds", "1", "--json"], capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["drain_per_s"] > 0 and figures["enqueue_batch_per_s"] > 0
+    assert set(figures["pickup_ms"]) == {"p50", "p95", "p99"}
+    import sqlite3
+
+    tables = sqlite3.connect(f"{tmp_path}/bench.db").execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'bench%'").fetchall()
+    assert tables == []

@@ -176,14 +176,14 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def run_all(url: str, jobs: int, workers: int, concurrency: int,
-            progress: Progress = _quiet) -> dict[str, Any]:
+            progress: Progress = _quiet, seconds: float = 10.0) -> dict[str, Any]:
     """Every workload once; the figures ``leaseq bench`` prints."""
     bench = Bench(url)
     try:
         single = bench.enqueue_single(min(jobs, 2000), progress)
         batch = bench.enqueue_batch(jobs, progress=progress)
         drain = bench.drain(jobs, workers, concurrency, progress=progress)
-        latency = bench.pickup_latency(progress=progress)
+        latency = bench.pickup_latency(seconds=seconds, progress=progress)
     finally:
         bench.close()
     return {

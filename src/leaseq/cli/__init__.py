@@ -340,6 +340,47 @@ def demo(url: str | None, count: int) -> None:
     run(url, count, console)
 
 
+@cli.command()
+@click.option("--url", envvar="LEASEQ_URL", default="sqlite:///leaseq-bench.db",
+              show_default=True, help="Database to measure (fresh tables, dropped after).")
+@click.option("--jobs", type=click.IntRange(100), default=20_000, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes for the drain.")
+@click.option("--concurrency", type=click.IntRange(1), default=50, show_default=True,
+              help="Jobs each worker runs at once.")
+@click.option("--seconds", type=click.FloatRange(0.5), default=10.0, show_default=True,
+              help="How long to measure pickup latency.")
+@as_json
+def bench(url: str, jobs: int, workers: int, concurrency: int, seconds: float,
+          json_out: bool) -> None:
+    """Measure enqueue, drain and pickup latency on a database."""
+    from rich.progress import Progress
+
+    from leaseq.bench import run_all
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        bar = progress.add_task("starting", total=1)
+
+        def report(stage: str, done: int, total: int) -> None:
+            progress.update(bar, description=stage, completed=done, total=total)
+
+        figures = run_all(url, jobs, workers, concurrency, report, seconds)
+    if json_out:
+        emit(figures)
+        return
+    table = Table(title=f"leaseq bench on {figures['url']}")
+    table.add_column("workload")
+    table.add_column("result", justify="right")
+    table.add_row("enqueue, one at a time", f"{figures['enqueue_single_per_s']:,} jobs/s")
+    table.add_row("enqueue_many, batches of 1,000", f"{figures['enqueue_batch_per_s']:,} jobs/s")
+    table.add_row(f"drain {jobs:,} no-op jobs, {workers} worker(s) x {concurrency}",
+                  f"{figures['drain_per_s']:,} jobs/s")
+    pickup = figures["pickup_ms"]
+    table.add_row("pickup latency at 200 jobs/s",
+                  f"p50 {pickup['p50']} ms, p95 {pickup['p95']} ms, p99 {pickup['p99']} ms")
+    console.print(table)
+
+
 def main() -> None:
     """Entry point: leaseq errors become one line on stderr and a documented exit code."""
     try:
