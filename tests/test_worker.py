@@ -257,3 +257,38 @@ def test_postgres_notify_wakes_a_worker_in_another_process(
         )
         job = int(out.stdout.split('"id": ')[1].split(",")[0])
         wait_for(lambda: state(app, job, "completed"), timeout=10)
+
+
+def test_a_killed_listen_connection_comes_back_and_polling_covers_the_gap(
+    backend: str, app: leaseq.App, url: str, prefix: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    import psycopg
+
+    @app.task(queue="w", name="ping")
+    def ping() -> None: ...
+
+    def listeners() -> list[int]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE query = %s",
+                [f'LISTEN "{prefix}jobs"'],
+            ).fetchall()
+        return [pid for (pid,) in rows]
+
+    with running(app, poll_interval=60):
+        first = wait_for(listeners, message="the worker's LISTEN connection")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", [first[0]])
+        # The worker reconnects by itself, and the new listener hears enqueues again.
+        wait_for(lambda: (pids := listeners()) and pids != first, timeout=30,
+                 message="a new LISTEN connection")
+        time.sleep(0.3)
+        out = subprocess.run(
+            [sys.executable, "-m", "leaseq.cli", "enqueue", "w", "{}", "--kind", "ping",
+             "--url", url, "--table-prefix", prefix, "--json"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )
+        job = int(out.stdout.split('"id": ')[1].split(",")[0])
+        wait_for(lambda: state(app, job, "completed"), timeout=10)
