@@ -280,8 +280,14 @@ def test_ack_in_callers_transaction_commit(q: leaseq.Queue, app: App) -> None:
     assert app.side_effects() == [(job_id, "email sent")]
     stats = q.stats()["emails"]
     assert (stats.running, stats.completed) == (0, 1)
+    # A repeated transactional ack must refuse, or a retried transaction would commit its
+    # side effects twice; a plain repeated ack by the same lease is a harmless no-op.
+    again = app.connect()
     with pytest.raises(leaseq.LeaseLost):
-        q.ack(job)
+        q.ack(job, conn=again)
+    again.rollback()
+    q.ack(job)
+    assert q.get(job_id).result == {"sent": True}
 
 
 def test_ack_in_callers_transaction_rollback_keeps_the_job_running(

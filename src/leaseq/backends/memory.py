@@ -145,7 +145,13 @@ class MemoryBackend:
         if conn is not None:
             raise ConfigurationError("memory:// has no transactions to join")
         with self.lock:
+            if self._completed_by(job_id, token):
+                return  # a repeated ack of this very lease: already done
             self._archive(self._held(job_id, token), "completed", result, None)
+
+    def _completed_by(self, job_id: int, token: int) -> bool:
+        h = self.history.get(job_id)
+        return h is not None and h.state == "completed" and h.lease_token == token
 
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
         with self.lock:
@@ -155,7 +161,7 @@ class MemoryBackend:
                 ok = r is not None and r.state == "running" and r.lease_token == token
                 if ok:
                     self._archive(r, "completed", result, None)  # type: ignore[arg-type]
-                done.append(ok)
+                done.append(ok or self._completed_by(job_id, token))
             return done
 
     def renew_many(

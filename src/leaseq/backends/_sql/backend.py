@@ -35,8 +35,9 @@ class SqlBackend:
                                single=self.ops.single("enqueue", jobs))
 
     def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> Any:
+        # A claim is safe to repeat: jobs a lost reply leased come back when it expires.
         return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit),
-                               single=self.ops.single("claim"))
+                               single=self.ops.single("claim"), idempotent=True)
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
         def check(outcome: tuple[datetime, bool]) -> datetime:
@@ -49,19 +50,20 @@ class SqlBackend:
             return until
 
         return self.runner.run(lambda: self.ops.renew(job_id, token, extend), after=check,
-                               single=self.ops.single("renew"))
+                               single=self.ops.single("renew"), idempotent=True)
 
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.complete(job_id, token, result), conn=conn,
-                               single=self.ops.single("complete"))
+        return self.runner.run(lambda: self.ops.complete(job_id, token, result, conn is None),
+                               conn=conn, single=self.ops.single("complete"),
+                               idempotent=True)
 
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
         return self.runner.run(lambda: self.ops.complete_many(items),
-                               single=self.ops.single("complete_many"))
+                               single=self.ops.single("complete_many"), idempotent=True)
 
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
         return self.runner.run(lambda: self.ops.renew_many(items),
-                               single=self.ops.single("renew_many"))
+                               single=self.ops.single("renew_many"), idempotent=True)
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
         return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
@@ -85,24 +87,25 @@ class SqlBackend:
         return self.runner.run(lambda: self.ops.cancel(job_id))
 
     def get(self, job_id: int) -> Any:
-        return self.runner.run(lambda: self.ops.get(job_id), write=False)
+        return self.runner.run(lambda: self.ops.get(job_id), write=False, idempotent=True)
 
     def stats(self) -> Any:
-        return self.runner.run(self.ops.stats, write=False)
+        return self.runner.run(self.ops.stats, write=False, idempotent=True)
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int
     ) -> Any:
-        return self.runner.run(lambda: self.ops.list_jobs(queue, state, limit, after), write=False)
+        return self.runner.run(lambda: self.ops.list_jobs(queue, state, limit, after),
+                               write=False, idempotent=True)
 
     def set_paused(self, queue: str, paused: bool) -> Any:
-        return self.runner.run(lambda: self.ops.set_paused(queue, paused))
+        return self.runner.run(lambda: self.ops.set_paused(queue, paused), idempotent=True)
 
     def paused(self) -> Any:
-        return self.runner.run(self.ops.paused, write=False)
+        return self.runner.run(self.ops.paused, write=False, idempotent=True)
 
     def reclaim(self, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.reclaim(limit))
+        return self.runner.run(lambda: self.ops.reclaim(limit), idempotent=True)
 
     def prune(self, older_than: float) -> Any:
         return self.runner.run(lambda: self.ops.prune(older_than))

@@ -190,9 +190,30 @@ class SqlOps:
 
     # -- holder outcomes ---------------------------------------------------------------
 
-    def complete(self, job_id: int, token: int, result: str | None) -> Plan[None]:
-        yield from self.lock_held(job_id, token)
+    def complete(
+        self, job_id: int, token: int, result: str | None, repeatable: bool = True
+    ) -> Plan[None]:
+        """With ``repeatable``, an ack repeated by the lease that completed the job is a
+        no-op. Inside a caller's transaction it is not: a retried transaction must fail
+        rather than commit its side effects twice."""
+        r = yield Stmt("lock_held", {"id": job_id, "token": token})
+        if not r.rows:
+            if not repeatable:
+                raise self.lost(job_id, token)
+            yield from self.unless_completed_by(job_id, token)
+            return
         yield from self.archive(job_id, "completed", result=result, error=None)
+
+    def unless_completed_by(self, job_id: int, token: int) -> Plan[None]:
+        """Raises ``LeaseLost`` unless this very lease already completed the job (an ack
+        retried after its reply was lost is a success, not a stale write)."""
+        done = yield from self.completed_by([job_id])
+        if done.get(job_id) != token:
+            raise self.lost(job_id, token)
+
+    def completed_by(self, job_ids: Sequence[int]) -> Plan[dict[int, int]]:
+        r = yield Stmt("completed_tokens", {"ids": self.d.ids(job_ids)})
+        return {int(job_id): token for job_id, token in r.rows}
 
     def complete_many(
         self, items: Sequence[tuple[int, int, str | None]]
@@ -202,6 +223,7 @@ class SqlOps:
         ids = self.d.ids([job_id for job_id, _, _ in items])
         held = dict((yield Stmt("held_many", {"ids": ids})).rows)
         done = [held.get(job_id) == token for job_id, token, _ in items]
+        already = yield from self.already_done(items, done)
         plain = [i for (i, _, res), ok in zip(items, done, strict=True) if ok and res is None]
         if plain:
             yield Stmt("archive_completed_many", {"ids": self.d.ids(plain)})
@@ -212,7 +234,18 @@ class SqlOps:
         finished = [job_id for (job_id, _, _), ok in zip(items, done, strict=True) if ok]
         if finished:
             yield Stmt("delete_many", {"ids": self.d.ids(finished)})
-        return done
+        return [ok or again for ok, again in zip(done, already, strict=True)]
+
+    def already_done(
+        self, items: Sequence[tuple[int, int, str | None]], done: Sequence[bool]
+    ) -> Plan[list[bool]]:
+        """For the items not completed now, whether the same lease completed them before."""
+        missed = [job_id for (job_id, _, _), ok in zip(items, done, strict=True) if not ok]
+        if not missed:
+            return [False] * len(items)
+        earlier = yield from self.completed_by(missed)
+        return [not ok and earlier.get(job_id) == token
+                for (job_id, token, _), ok in zip(items, done, strict=True)]
 
     def renew_many(
         self, items: Sequence[tuple[int, int, float]]

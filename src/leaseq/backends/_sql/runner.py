@@ -24,6 +24,9 @@ from leaseq.errors import BackendError, BackendUnavailable, LeaseqError
 T = TypeVar("T")
 C = TypeVar("C")
 RETRIES = 12
+# After a dropped connection, an idempotent operation is retried this many times on a
+# fresh connection, pausing 50 ms doubling (about 3 s in all: a database restart).
+RECONNECTS = 6
 
 
 def retry_pause(attempt: int) -> float:
@@ -43,6 +46,7 @@ class SyncRunner(ABC):
         conn: Any = None,
         after: Callable[[T], Any] | None = None,
         single: bool = False,
+        idempotent: bool = False,
     ) -> Any:
         if conn is not None:
             try:
@@ -52,11 +56,14 @@ class SyncRunner(ABC):
             except Exception as exc:
                 raise self.translate(exc) from exc
         else:
-            result = self.run_retrying(factory, write, single)
+            result = self.run_retrying(factory, write, single, idempotent)
         return after(result) if after else result
 
-    def run_retrying(self, factory: PlanFactory[T], write: bool, single: bool = False) -> T:
-        attempt = 0
+    def run_retrying(
+        self, factory: PlanFactory[T], write: bool, single: bool = False,
+        idempotent: bool = False,
+    ) -> T:
+        attempt = reconnects = 0
         while True:
             attempt += 1
             try:
@@ -67,7 +74,22 @@ class SyncRunner(ABC):
                 if attempt < RETRIES and self.retryable(exc):
                     time.sleep(retry_pause(attempt))
                     continue
+                # Only an operation that is safe to repeat (a read, a claim, a fenced ack or
+                # renewal) is retried when the connection dropped mid-call: a plain enqueue
+                # might have committed, and repeating it would duplicate the job.
+                if idempotent and reconnects < RECONNECTS and self.disconnected(exc):
+                    reconnects += 1
+                    self.recover()
+                    time.sleep(0.05 * 2 ** (reconnects - 1))
+                    continue
                 raise self.translate(exc) from exc
+
+    def disconnected(self, exc: BaseException) -> bool:
+        """True when ``exc`` says the connection to the server was lost."""
+        return False
+
+    def recover(self) -> None:  # noqa: B027 - a no-op unless the driver pools connections
+        """Drops pooled connections that a lost server took with it."""
 
     @abstractmethod
     def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
@@ -149,12 +171,13 @@ class AsyncRunner(ABC):
         conn: Any = None,
         after: Callable[[T], Any] | None = None,
         single: bool = False,
+        idempotent: bool = False,
     ) -> Awaitable[Any]:
-        return self._run(factory, write, conn, after, single)
+        return self._run(factory, write, conn, after, single, idempotent)
 
     async def _run(
         self, factory: PlanFactory[T], write: bool, conn: Any,
-        after: Callable[[T], Any] | None, single: bool,
+        after: Callable[[T], Any] | None, single: bool, idempotent: bool,
     ) -> Any:
         if conn is not None:
             try:
@@ -164,7 +187,7 @@ class AsyncRunner(ABC):
             except Exception as exc:
                 raise self.translate(exc) from exc
         else:
-            attempt = 0
+            attempt = reconnects = 0
             while True:
                 attempt += 1
                 try:
@@ -175,6 +198,11 @@ class AsyncRunner(ABC):
                 except Exception as exc:
                     if attempt < RETRIES and self.retryable(exc):
                         await asyncio.sleep(retry_pause(attempt))
+                        continue
+                    if idempotent and reconnects < RECONNECTS and self.disconnected(exc):
+                        reconnects += 1  # see SyncRunner.run_retrying
+                        await self.recover()
+                        await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
                         continue
                     raise self.translate(exc) from exc
         return after(result) if after else result
@@ -190,6 +218,13 @@ class AsyncRunner(ABC):
 
     @abstractmethod
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T: ...
+
+    def disconnected(self, exc: BaseException) -> bool:
+        """True when ``exc`` says the connection to the server was lost."""
+        return False
+
+    async def recover(self) -> None:  # noqa: B027 - see SyncRunner.recover
+        """Drops pooled connections that a lost server took with it."""
 
     @abstractmethod
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T: ...
@@ -223,9 +258,10 @@ class ThreadedAsyncRunner:
         conn: Any = None,
         after: Callable[[T], Any] | None = None,
         single: bool = False,
+        idempotent: bool = False,
     ) -> Awaitable[Any]:
         return asyncio.to_thread(self.sync.run, factory, write=write, conn=conn, after=after,
-                                 single=single)
+                                 single=single, idempotent=idempotent)
 
     async def migrate(self) -> None:
         await asyncio.to_thread(self.sync.migrate)
@@ -285,6 +321,15 @@ class Pool(Generic[C]):
                 self._idle.append(conn)
             self._cond.notify()
         if broken or self._closed:
+            self._quiet_close(conn)
+
+    def discard_idle(self) -> None:
+        """Closes the idle connections (after a server restart they are all dead)."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        for conn in idle:
             self._quiet_close(conn)
 
     def close(self) -> None:

@@ -72,6 +72,11 @@ def retryable(exc: BaseException) -> bool:
     return code(exc) in (DEADLOCK, LOCK_WAIT_TIMEOUT)
 
 
+def disconnected(exc: BaseException) -> bool:
+    """The server went away or killed this connection (2006/2013, KILL: 1927)."""
+    return code(exc) in (*DISCONNECTS, 1927) or isinstance(exc, pymysql.err.InterfaceError)
+
+
 def translate(exc: BaseException, where: str) -> LeaseqError:
     if isinstance(exc, LeaseqError):
         return exc
@@ -220,7 +225,13 @@ class MysqlRunner(PooledSyncRunner[Any]):
         return retryable(exc)
 
     def is_disconnect(self, exc: BaseException) -> bool:
-        return code(exc) in DISCONNECTS or isinstance(exc, pymysql.err.InterfaceError)
+        return disconnected(exc)
+
+    def disconnected(self, exc: BaseException) -> bool:
+        return disconnected(exc)
+
+    def recover(self) -> None:
+        self.pool.discard_idle()  # after a restart the idle connections are dead too
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)
@@ -310,7 +321,7 @@ class AsyncMysqlRunner(AsyncRunner):
                 await conn.rollback()
             except Exception:
                 broken = True
-            broken = broken or code(exc) in DISCONNECTS
+            broken = broken or disconnected(exc)
             raise
         finally:
             if broken:
@@ -332,6 +343,13 @@ class AsyncMysqlRunner(AsyncRunner):
 
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc)
+
+    def disconnected(self, exc: BaseException) -> bool:
+        return disconnected(exc)
+
+    async def recover(self) -> None:
+        if self._pool is not None:
+            await self._pool.clear()  # closes the idle connections
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)

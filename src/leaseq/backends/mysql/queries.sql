@@ -61,11 +61,11 @@ FOR UPDATE;
 -- name: archive
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
-       created_at, started_at, UTC_TIMESTAMP(6)
+       created_at, started_at, UTC_TIMESTAMP(6), lease_token
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -213,9 +213,9 @@ FOR UPDATE;
 -- name: archive_completed_many
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at, UTC_TIMESTAMP(6)
+       CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at, UTC_TIMESTAMP(6), lease_token
 FROM {prefix}jobs WHERE id IN :ids;
 
 -- name: delete_many
@@ -223,3 +223,8 @@ DELETE FROM {prefix}jobs WHERE id IN :ids;
 
 -- name: drop_tables
 DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;
+
+-- name: completed_tokens
+-- Jobs already completed, with the token that completed them: a retried ack whose first
+-- attempt committed finds its own token here and is a success, not a LeaseLost.
+SELECT id, lease_token FROM {prefix}history WHERE id IN :ids AND state = 'completed';

@@ -62,10 +62,14 @@ class PostgresOps(SqlOps):
             return all(job.unique_key is None for job in jobs)
         return operation in self.SINGLE
 
-    def complete(self, job_id: int, token: int, result: str | None) -> Plan[None]:
+    def complete(
+        self, job_id: int, token: int, result: str | None, repeatable: bool = True
+    ) -> Plan[None]:
         r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})
         if not r.rows:
-            raise self.lost(job_id, token)
+            if not repeatable:
+                raise self.lost(job_id, token)
+            yield from self.unless_completed_by(job_id, token)
 
     def complete_many(
         self, items: Sequence[tuple[int, int, str | None]]
@@ -73,8 +77,10 @@ class PostgresOps(SqlOps):
         params = {"ids": [i for i, _, _ in items], "tokens": [t for _, t, _ in items],
                   "results": [r for _, _, r in items]}
         r = yield Stmt("complete_many", params)
-        done = {row[0] for row in r.rows}
-        return [job_id in done for job_id, _, _ in items]
+        completed = {row[0] for row in r.rows}
+        done = [job_id in completed for job_id, _, _ in items]
+        already = yield from self.already_done(items, done)
+        return [ok or again for ok, again in zip(done, already, strict=True)]
 
     def renew_many(
         self, items: Sequence[tuple[int, int, float]]
@@ -116,6 +122,15 @@ async def aexecute(
 
 def retryable(exc: BaseException) -> bool:
     return isinstance(exc, RETRYABLE)
+
+
+def disconnected(exc: BaseException) -> bool:
+    """The server went away: connection errors (class 08), an administrator's
+    termination or shutdown (57P01-57P03), or a connection that died without a code."""
+    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, RETRYABLE):
+        return False
+    state = exc.sqlstate or ""
+    return not state or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def translate(exc: BaseException, where: str) -> LeaseqError:
@@ -192,6 +207,12 @@ class PostgresRunner(SyncRunner):
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc)
 
+    def disconnected(self, exc: BaseException) -> bool:
+        return disconnected(exc)
+
+    def recover(self) -> None:
+        self.pool.check()  # drops the idle connections the server closed
+
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)
 
@@ -262,6 +283,13 @@ class AsyncPostgresRunner(AsyncRunner):
 
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc)
+
+    def disconnected(self, exc: BaseException) -> bool:
+        return disconnected(exc)
+
+    async def recover(self) -> None:
+        if self._pool is not None:
+            await self._pool.check()
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)

@@ -77,20 +77,20 @@ WITH done AS (
 )
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
-       max_attempts, unique_key, worker_id, created_at, started_at, now()
+       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token
 FROM done
 RETURNING id;
 
 -- name: archive
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
-       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now()
+       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -237,9 +237,9 @@ WITH input AS (
 )
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attempts,
-       max_attempts, unique_key, worker_id, created_at, started_at, now()
+       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token
 FROM done
 RETURNING id;
 
@@ -251,3 +251,8 @@ RETURNING j.id, j.lease_until, j.cancel_requested;
 
 -- name: drop_tables
 DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;
+
+-- name: completed_tokens
+-- Jobs already completed, with the token that completed them: a retried ack whose first
+-- attempt committed finds its own token here and is a success, not a LeaseLost.
+SELECT id, lease_token FROM {prefix}history WHERE id = ANY(:ids) AND state = 'completed';

@@ -58,11 +58,11 @@ WHERE id = :id AND lease_token = :token AND state = 'running';
 -- name: archive
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, lease_token
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -209,9 +209,9 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running';
 -- name: archive_completed_many
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at)
+                             started_at, finished_at, lease_token)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
-       unique_key, worker_id, created_at, started_at, (julianday('now') - 2440587.5) * 86400.0
+       unique_key, worker_id, created_at, started_at, (julianday('now') - 2440587.5) * 86400.0, lease_token
 FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: delete_many
@@ -228,3 +228,8 @@ DROP TABLE IF EXISTS {prefix}queues;
 
 -- name: drop_migrations
 DROP TABLE IF EXISTS {prefix}migrations;
+
+-- name: completed_tokens
+-- Jobs already completed, with the token that completed them: a retried ack whose first
+-- attempt committed finds its own token here and is a success, not a LeaseLost.
+SELECT id, lease_token FROM {prefix}history WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'completed';
