@@ -5,6 +5,7 @@ test_worker_processes.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -239,6 +240,16 @@ def test_stop_gives_back_jobs_that_outlive_the_grace_period(app: leaseq.App) -> 
     assert info.attempts == 0  # released without penalty
 
 
+def enqueue_elsewhere(url: str, prefix: str) -> int:
+    """A "ping" job enqueued by another process (`leaseq enqueue`): no in-process wake-up."""
+    out = subprocess.run(
+        [sys.executable, "-m", "leaseq.cli", "enqueue", "w", "{}", "--kind", "ping",
+         "--url", url, "--table-prefix", prefix, "--json"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    return int(json.loads(out.stdout)["id"])
+
+
 def test_postgres_notify_wakes_a_worker_in_another_process(
     backend: str, app: leaseq.App, url: str, prefix: str
 ) -> None:
@@ -250,12 +261,7 @@ def test_postgres_notify_wakes_a_worker_in_another_process(
 
     with running(app, poll_interval=60):
         time.sleep(0.3)
-        out = subprocess.run(
-            [sys.executable, "-m", "leaseq.cli", "enqueue", "w", "{}", "--kind", "ping",
-             "--url", url, "--table-prefix", prefix, "--json"],
-            capture_output=True, text=True, timeout=30, check=True,
-        )
-        job = int(out.stdout.split('"id": ')[1].split(",")[0])
+        job = enqueue_elsewhere(url, prefix)
         wait_for(lambda: state(app, job, "completed"), timeout=10)
 
 
@@ -285,10 +291,5 @@ def test_a_killed_listen_connection_comes_back_and_polling_covers_the_gap(
         wait_for(lambda: (pids := listeners()) and pids != first, timeout=30,
                  message="a new LISTEN connection")
         time.sleep(0.3)
-        out = subprocess.run(
-            [sys.executable, "-m", "leaseq.cli", "enqueue", "w", "{}", "--kind", "ping",
-             "--url", url, "--table-prefix", prefix, "--json"],
-            capture_output=True, text=True, timeout=30, check=True,
-        )
-        job = int(out.stdout.split('"id": ')[1].split(",")[0])
+        job = enqueue_elsewhere(url, prefix)
         wait_for(lambda: state(app, job, "completed"), timeout=10)

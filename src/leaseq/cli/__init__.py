@@ -252,24 +252,18 @@ job_verb("cancel", "Cancel a job (a running one is flagged for its worker).",
          lambda q, job_id: q.cancel(job_id))
 
 
-@cli.command()
-@click.argument("queue")
-@database
-def pause(queue: str, url: str, table_prefix: str) -> None:
-    """Stop every worker from taking jobs of QUEUE."""
-    with connect(url, table_prefix) as q:
-        q.pause(queue)
-    click.echo(f"queue {queue} paused")
+def queue_verb(name: str, help_text: str) -> None:
+    @cli.command(name=name, help=help_text)
+    @click.argument("queue")
+    @database
+    def command(queue: str, url: str, table_prefix: str) -> None:
+        with connect(url, table_prefix) as q:
+            getattr(q, name)(queue)
+        click.echo(f"queue {queue} {name}d")
 
 
-@cli.command()
-@click.argument("queue")
-@database
-def resume(queue: str, url: str, table_prefix: str) -> None:
-    """Let workers take jobs of a paused QUEUE again."""
-    with connect(url, table_prefix) as q:
-        q.resume(queue)
-    click.echo(f"queue {queue} resumed")
+queue_verb("pause", "Stop every worker from taking jobs of QUEUE.")
+queue_verb("resume", "Let workers take jobs of a paused QUEUE again.")
 
 
 @cli.command()

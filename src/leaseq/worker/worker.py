@@ -392,15 +392,15 @@ class Worker:
                 if isinstance(state, JobCancelled) and not ctx.cancelled:
                     ctx.cancelled = True
                     log.info("job %s cancelled while running", ctx.job.id)
-                    self._interrupt(runner, ctx)
+                    self._interrupt(runner)
 
     def _lose(self, ctx: JobContext, runner: asyncio.Task[None], why: str) -> None:
         ctx.lease_lost = True
         log.warning("job %s: %s; stopping its work, its outcome will not be written",
                     ctx.job.id, why)
-        self._interrupt(runner, ctx)
+        self._interrupt(runner)
 
-    def _interrupt(self, runner: asyncio.Task[None], ctx: JobContext) -> None:
+    def _interrupt(self, runner: asyncio.Task[None]) -> None:
         """Cancel an async handler; a sync one can only be told (``current_job()``)."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(runner.cancel)
