@@ -13,8 +13,9 @@ T = TypeVar("T")
 
 POSTGRES_URL = os.environ.get("LEASEQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("LEASEQ_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("LEASEQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 SQL_BACKENDS = ["sqlite", "postgres", "mysql"]
-BACKENDS = ["memory", *SQL_BACKENDS]
+BACKENDS = ["memory", *SQL_BACKENDS, "redis"]
 
 
 def new_prefix() -> str:
@@ -31,6 +32,8 @@ def backend_url(backend: str, tmp_dir: str) -> str:
         return POSTGRES_URL
     if backend == "mysql":
         return MYSQL_URL
+    if backend == "redis":
+        return REDIS_URL
     raise ValueError(backend)
 
 
@@ -48,6 +51,11 @@ def reachable(backend: str) -> str | None:
             pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
                             password=parts.password or "", database=parts.path.lstrip("/"),
                             connect_timeout=3).close()
+        elif backend == "redis":
+            import redis
+
+            with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3) as client:
+                client.ping()
     except Exception as exc:
         return f"{backend} unreachable: {exc}"
     return None
@@ -73,6 +81,15 @@ def drop_tables(backend: str, prefix: str) -> None:
             for t in tables:
                 cur.execute(f"DROP TABLE IF EXISTS {t}")
         conn.close()
+    elif backend == "redis":
+        import redis
+
+        from leaseq.backends.redis.keys import Keys
+
+        with redis.Redis.from_url(REDIS_URL) as client:
+            # The pattern escapes the prefix and matches only its keys (keys.py).
+            for key in client.scan_iter(match=Keys(prefix).pattern(), count=1000):
+                client.delete(key)
 
 
 def wait_for(

@@ -1,5 +1,5 @@
 """A stateful model test: the same random operations on the memory backend and on a real
-one (SQLite, PostgreSQL, MariaDB), compared after every step.
+one (SQLite, PostgreSQL, MariaDB, Redis), compared after every step.
 
 Rules: enqueue (priorities, unique keys), dequeue batches, heartbeat, ack, nack, release,
 bury, a holder "crash" (its lease back-dated so it is expired, then reclaimed), kick. Both
@@ -11,6 +11,7 @@ database (never by sleeping), so the test is deterministic.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import leaseq
 from tests.conftest import require
-from tests.helpers import MYSQL_URL, POSTGRES_URL, drop_tables, new_prefix
+from tests.helpers import MYSQL_URL, POSTGRES_URL, REDIS_URL, drop_tables, new_prefix
 
 EXPIRE = {
     "sqlite": "UPDATE {p}jobs SET lease_until = 0 WHERE id = ?",
@@ -30,11 +31,15 @@ EXPIRE = {
 
 
 class Raw:
-    """Direct SQL for the test's own back-dating, outside leaseq."""
+    """Direct SQL (or Redis commands) for the test's own back-dating, outside leaseq."""
 
-    def __init__(self, backend: str, url: str) -> None:
-        self.backend = backend
-        if backend == "sqlite":
+    def __init__(self, backend: str, url: str, prefix: str = "") -> None:
+        self.backend, self.prefix = backend, prefix
+        if backend == "redis":
+            import redis
+
+            self.conn = redis.Redis.from_url(url)
+        elif backend == "sqlite":
             import sqlite3
 
             self.conn: Any = sqlite3.connect(url.split("sqlite:///", 1)[1], isolation_level=None)
@@ -48,6 +53,27 @@ class Raw:
             self.conn = pymysql.connect(host="127.0.0.1", user="root", database="test",
                                         autocommit=True)
 
+    def expire(self, job_id: int) -> None:
+        if self.backend == "redis":
+            from leaseq.backends.redis.keys import Keys
+
+            keys = Keys(self.prefix)
+            queue = self.conn.hget(keys.index, str(job_id)).decode()
+            self.conn.hset(keys.job(queue, job_id), "lease_until", 1)
+            self.conn.zadd(keys.queue(queue)[4], {str(job_id): 1})  # the running set
+        else:
+            self.run(EXPIRE[self.backend].format(p=self.prefix), job_id)
+
+    def clear(self) -> None:
+        if self.backend == "redis":
+            from leaseq.backends.redis.keys import Keys
+
+            for key in self.conn.scan_iter(match=Keys(self.prefix).pattern(), count=1000):
+                self.conn.delete(key)
+        else:
+            for table in ("history", "jobs", "queues"):
+                self.run(f"DELETE FROM {self.prefix}{table}")
+
     def run(self, sql: str, *params: object) -> None:
         cur = self.conn.cursor()
         cur.execute(sql, params)
@@ -59,17 +85,16 @@ class Raw:
 
 def build(backend: str, tmp: str) -> type[RuleBasedStateMachine]:
     url = {"sqlite": f"sqlite:///{tmp}/model.db", "postgres": POSTGRES_URL,
-           "mysql": MYSQL_URL}[backend]
+           "mysql": MYSQL_URL, "redis": REDIS_URL}[backend]
     prefix = new_prefix()
-    raw = Raw(backend, url)
+    raw = Raw(backend, url, prefix)
     real_q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
     real_q.migrate()
 
     class Model(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            for table in ("history", "jobs", "queues"):
-                raw.run(f"DELETE FROM {prefix}{table}")
+            raw.clear()
             self.mem = leaseq.connect(f"memory://{secrets.token_hex(6)}", reclaim_interval=None)
             self.real = real_q
             self.pairs: list[tuple[int, int]] = []  # (memory id, real id), in enqueue order
@@ -78,6 +103,15 @@ def build(backend: str, tmp: str) -> type[RuleBasedStateMachine]:
 
         def index(self, real_id: int) -> int:
             return next(i for i, (_, r) in enumerate(self.pairs) if r == real_id)
+
+        def teardown(self) -> None:
+            self.mem.close()
+
+        def step(self) -> None:
+            """SQLite's clock has millisecond resolution: keep consecutive operations in
+            distinct milliseconds so that "then available_at" means the same everywhere."""
+            if backend == "sqlite":
+                time.sleep(0.002)
 
         def both(self, call: Any) -> tuple[Any, Any]:
             """Call on each backend; outcomes are values or exception types."""
@@ -96,6 +130,7 @@ def build(backend: str, tmp: str) -> type[RuleBasedStateMachine]:
         @rule(queue=st.sampled_from(["a", "b"]), priority=st.integers(0, 2),
               key=st.sampled_from([None, None, "k1", "k2"]))
         def enqueue(self, queue: str, priority: int, key: str | None) -> None:
+            self.step()
             m = self.mem.enqueue(queue, {"p": priority}, priority=priority, unique_key=key,
                                  max_attempts=2)
             r = self.real.enqueue(queue, {"p": priority}, priority=priority, unique_key=key,
@@ -119,6 +154,7 @@ def build(backend: str, tmp: str) -> type[RuleBasedStateMachine]:
         @rule(data=st.data(), verb=st.sampled_from(["ack", "nack", "release", "bury",
                                                      "heartbeat"]))
         def holder_call(self, data: st.DataObject, verb: str) -> None:
+            self.step()
             pool = self.held + self.stale
             pair = data.draw(st.sampled_from(pool))
             calls = {
@@ -138,16 +174,18 @@ def build(backend: str, tmp: str) -> type[RuleBasedStateMachine]:
         @precondition(lambda self: self.held)
         @rule(data=st.data())
         def crash_and_reclaim(self, data: st.DataObject) -> None:
+            self.step()
             pair = data.draw(st.sampled_from(self.held))
             self.held.remove(pair)
             self.stale.append(pair)
             mem_row = self.mem._backend.live[pair[0].id]  # type: ignore[attr-defined]
             mem_row.lease_until = 0.0
-            raw.run(EXPIRE[backend].format(p=prefix), pair[1].id)
+            raw.expire(pair[1].id)
             assert self.mem.reclaim() == self.real.reclaim()
 
         @rule(queue=st.sampled_from(["a", "b"]))
         def kick(self, queue: str) -> None:
+            self.step()
             assert self.mem.kick(queue) == self.real.kick(queue)
 
         @invariant()
@@ -160,7 +198,7 @@ def build(backend: str, tmp: str) -> type[RuleBasedStateMachine]:
     return Model
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql", "redis"])
 def test_real_backends_behave_like_the_memory_model(backend: str, tmp_path: Any) -> None:
     require(backend)
     model = build(backend, str(tmp_path))

@@ -2,7 +2,8 @@
 checker accounts for every accepted job (reliability.md section 4: I1-I6).
 
 Faults: SIGKILL, SIGSTOP/SIGCONT past the lease, SIGTERM of workers (each replaced);
-server-side connection kills (pg_terminate_backend, MariaDB KILL CONNECTION); a restart
+server-side connection kills (pg_terminate_backend, MariaDB KILL CONNECTION, Redis CLIENT
+KILL); a restart
 of the database server. Every run has a seed, printed in the report and on failure.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import leaseq
-from tests.helpers import MYSQL_URL, POSTGRES_URL, drop_tables, new_prefix
+from tests.helpers import MYSQL_URL, POSTGRES_URL, REDIS_URL, drop_tables, new_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ class Chaos:
         self.rng = random.Random(seed)
         self.prefix = new_prefix()
         base = {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
-                "mysql": MYSQL_URL}[backend]
+                "mysql": MYSQL_URL, "redis": REDIS_URL}[backend]
         # Workers' PostgreSQL sessions carry a name, so connection kills hit only them.
         self.url = (f"{base}{'&' if '?' in base else '?'}application_name=leaseq_chaos"
                     if backend == "postgres" else base)
@@ -142,6 +143,11 @@ class Chaos:
                     with contextlib.suppress(pymysql.err.OperationalError):
                         cur.execute(f"KILL CONNECTION {int(pid)}")
             conn.close()
+        elif self.backend == "redis":
+            import redis
+
+            with redis.Redis.from_url(REDIS_URL) as client:
+                client.client_kill_filter(_type="normal", skipme=True)
         self.count("connection_kill")
 
     def restart_server(self) -> None:

@@ -253,3 +253,16 @@ def test_backoff_refuses_bad_parameters():
              "jitter of one": lambda: leaseq.Backoff(jitter=1),
              "negative jitter": lambda: leaseq.Backoff(jitter=-0.1)}
     assert refusals(cases, leaseq.InvalidArgument) == {}
+
+
+def test_lone_surrogates_are_refused_in_names_and_keys(q):
+    for kwargs in ({"unique_key": "a\ud800"}, {"kind": "\udfff"}):
+        with pytest.raises(leaseq.InvalidArgument):
+            q.enqueue("q", {}, **kwargs)
+    with pytest.raises(leaseq.PayloadNotSerializable):
+        q.enqueue("q", {"s": "\ud800"})
+    job_id = q.enqueue("q", {}).id
+    job = q.dequeue("q")[0]
+    assert q.nack(job, "bad \ud800 text", delay=0) == "available"  # stored escaped
+    assert "\\ud800" in (q.get(job_id).error or "")
+    assert q.stats()["q"].available == 1

@@ -100,11 +100,22 @@ def seconds(name: str, value: object, *, positive: bool = False) -> float:
 def optional_text(name: str, value: object, limit: int) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not 1 <= len(value) <= limit or "\x00" in value:
+    if (not isinstance(value, str) or not 1 <= len(value) <= limit or "\x00" in value
+            or not _utf8(value)):
         raise InvalidArgument(
-            f"{name} must be a string of 1-{limit} characters without NUL, got {value!r:.80}"
+            f"{name} must be a string of 1-{limit} characters of valid Unicode without NUL, "
+            f"got {value!r:.80}"
         )
     return value
+
+
+def _utf8(text: str) -> bool:
+    """False for lone surrogates, which no database can store as text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def aware_utc(name: str, value: object) -> datetime:
@@ -122,4 +133,6 @@ def error_text(value: object) -> str | None:
         return None
     text = value if isinstance(value, str) else repr(value)
     text = text.replace("\x00", "\\x00")
+    if not _utf8(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= 65536 else text[:65520] + "...[truncated]"

@@ -5,13 +5,18 @@ to ``connect_timeout`` for a free one), sends scripts with ``EVALSHA`` and regis
 with ``SCRIPT LOAD`` when the server answers ``NOSCRIPT``, and translates redis-py's
 exceptions into leaseq's error tree, once, here.
 
-Commands are never re-sent after a dropped connection (redis-py's own retries are off):
-the script may have run, and running ``enqueue`` or ``claim`` twice is not harmless. The
-caller sees ``BackendUnavailable`` instead, as with a lost SQL commit.
+redis-py's own retries are off: after a dropped connection a script may or may not have
+run. As on the SQL backends, only idempotent operations (reads, claim, renew, complete,
+reclaim, prune, pause) run again, as a whole plan on a fresh connection, up to
+``RECONNECTS`` times over about 3 s (a restart, a failover); a repeated ``complete`` by
+the same lease is a no-op that succeeds. Anything else surfaces as ``BackendUnavailable``:
+its outcome is unknown, as with a lost SQL commit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +26,7 @@ from redis import exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from leaseq._core.job import JobState
 from leaseq._core.settings import Settings
 from leaseq.backends.base import NewJob
 from leaseq.backends.redis.lua import SCRIPTS
@@ -35,6 +41,20 @@ from leaseq.errors import (
 
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
+RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
+
+
+def disconnected(exc: BaseException) -> bool:
+    """True when ``exc`` says the connection to the server was lost (or the server is
+    still loading its data after a restart); not for refused credentials or a pool with
+    no free connection, which another attempt would not cure."""
+    return (
+        isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError))
+        and not isinstance(exc, (exceptions.AuthenticationError,
+                                 exceptions.AuthorizationError,
+                                 exceptions.MaxConnectionsError))
+        and "No connection available" not in str(exc)
+    )
 
 
 def translate(exc: BaseException, where: str) -> LeaseqError:
@@ -50,7 +70,7 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
         return BackendUnavailable(
             f"Redis at {where} is a read-only replica ({text}); point leaseq at the primary"
         )
-    if isinstance(exc, exceptions.OutOfMemoryError):
+    if isinstance(exc, exceptions.OutOfMemoryError) or "OOM command not allowed" in text:
         return BackendError(f"Redis at {where} is out of memory; nothing was written ({text})")
     if "DB index is out of range" in text:
         return ConfigurationError(f"Redis at {where}: {text}")
@@ -98,18 +118,27 @@ class SyncRunner:
         self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings))
         self.client = redis.Redis(connection_pool=self.pool)
 
-    def run(self, factory: PlanFactory[T]) -> T:
-        try:
-            return drive(factory(), self.execute)
-        except LeaseqError:
-            raise
-        except exceptions.RedisError as exc:
-            raise translate(exc, self.where) from exc
+    def run(self, factory: PlanFactory[T], idempotent: bool = False) -> T:
+        reconnects = 0
+        while True:
+            try:
+                return drive(factory(), self.execute)
+            except LeaseqError:
+                raise
+            except exceptions.RedisError as exc:
+                if idempotent and reconnects < RECONNECTS and disconnected(exc):
+                    reconnects += 1
+                    time.sleep(0.05 * 2 ** (reconnects - 1))
+                    continue
+                raise translate(exc, self.where) from exc
+
+    def command(self, *args: Any) -> Any:
+        return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
 
     def execute(self, call: Call) -> Any:
         if call.command:
             try:
-                return self.client.execute_command(call.name, *call.args)
+                return self.command(call.name, *call.args)
             except exceptions.ResponseError as exc:
                 if call.tolerate:
                     return exc
@@ -117,11 +146,11 @@ class SyncRunner:
         script = SCRIPTS[call.name]
         args = (script.sha, len(call.keys), *call.keys, *call.args)
         try:
-            return self.client.execute_command("EVALSHA", *args)
+            return self.command("EVALSHA", *args)
         except exceptions.NoScriptError:
             # Not run: the server never saw this script, or forgot it (restart, flush).
-            self.client.execute_command("SCRIPT LOAD", script.text)
-            return self.client.execute_command("EVALSHA", *args)
+            self.command("SCRIPT LOAD", script.text)
+            return self.command("EVALSHA", *args)
 
     def close(self) -> None:
         self.client.close()
@@ -141,24 +170,33 @@ class AsyncRunner:
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
         self.checked = False
 
-    def run(self, factory: PlanFactory[T]) -> Awaitable[T]:
-        return self._run(factory)
+    def run(self, factory: PlanFactory[T], idempotent: bool = False) -> Awaitable[T]:
+        return self._run(factory, idempotent)
 
-    async def _run(self, factory: PlanFactory[T]) -> T:
-        try:
-            if not self.checked:
-                await adrive(self.ops.startup(), self.execute)
-                self.checked = True
-            return await adrive(factory(), self.execute)
-        except LeaseqError:
-            raise
-        except exceptions.RedisError as exc:
-            raise translate(exc, self.where) from exc
+    async def _run(self, factory: PlanFactory[T], idempotent: bool) -> T:
+        reconnects = 0
+        while True:
+            try:
+                if not self.checked:
+                    await adrive(self.ops.startup(), self.execute)
+                    self.checked = True
+                return await adrive(factory(), self.execute)
+            except LeaseqError:
+                raise
+            except exceptions.RedisError as exc:
+                if idempotent and reconnects < RECONNECTS and disconnected(exc):
+                    reconnects += 1
+                    await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
+                    continue
+                raise translate(exc, self.where) from exc
+
+    async def command(self, *args: Any) -> Any:
+        return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
 
     async def execute(self, call: Call) -> Any:
         if call.command:
             try:
-                return await self.client.execute_command(call.name, *call.args)
+                return await self.command(call.name, *call.args)
             except exceptions.ResponseError as exc:
                 if call.tolerate:
                     return exc
@@ -166,10 +204,10 @@ class AsyncRunner:
         script = SCRIPTS[call.name]
         args = (script.sha, len(call.keys), *call.keys, *call.args)
         try:
-            return await self.client.execute_command("EVALSHA", *args)
+            return await self.command("EVALSHA", *args)
         except exceptions.NoScriptError:
-            await self.client.execute_command("SCRIPT LOAD", script.text)
-            return await self.client.execute_command("EVALSHA", *args)
+            await self.command("SCRIPT LOAD", script.text)
+            return await self.command("EVALSHA", *args)
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -192,19 +230,27 @@ class RedisBackend:
         self.runner = runner
 
     def migrate(self) -> Any:
-        return self.runner.run(self.ops.migrate)
+        return self.runner.run(self.ops.migrate, idempotent=True)
 
     def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> Any:
         return self.runner.run(lambda: self.ops.enqueue(jobs, conn))
 
     def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit))
+        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit),
+                               idempotent=True)
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
-        return self.runner.run(lambda: self.ops.renew(job_id, token, extend))
+        return self.runner.run(lambda: self.ops.renew(job_id, token, extend), idempotent=True)
 
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.complete(job_id, token, result, conn))
+        return self.runner.run(lambda: self.ops.complete(job_id, token, result, conn),
+                               idempotent=True)
+
+    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
+        return self.runner.run(lambda: self.ops.complete_many(items), idempotent=True)
+
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
+        return self.runner.run(lambda: self.ops.renew_many(items), idempotent=True)
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
         return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
@@ -228,16 +274,32 @@ class RedisBackend:
         return self.runner.run(lambda: self.ops.cancel(job_id))
 
     def get(self, job_id: int) -> Any:
-        return self.runner.run(lambda: self.ops.get(job_id))
+        return self.runner.run(lambda: self.ops.get(job_id), idempotent=True)
 
     def stats(self) -> Any:
-        return self.runner.run(self.ops.stats)
+        return self.runner.run(self.ops.stats, idempotent=True)
+
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.list_jobs(queue, state, limit, after),
+                               idempotent=True)
+
+    def set_paused(self, queue: str, paused: bool) -> Any:
+        return self.runner.run(lambda: self.ops.set_paused(queue, paused), idempotent=True)
+
+    def paused(self) -> Any:
+        return self.runner.run(self.ops.paused, idempotent=True)
 
     def reclaim(self, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.reclaim(limit))
+        return self.runner.run(lambda: self.ops.reclaim(limit), idempotent=True)
 
     def prune(self, older_than: float) -> Any:
-        return self.runner.run(lambda: self.ops.prune(older_than))
+        return self.runner.run(lambda: self.ops.prune(older_than), idempotent=True)
+
+    def drop(self) -> Any:
+        """Not part of the contract: deletes this prefix's keys (``leaseq bench``)."""
+        return self.runner.run(self.ops.drop, idempotent=True)
 
     def close(self) -> Any:
         return self.runner.close()

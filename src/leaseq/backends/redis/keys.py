@@ -16,9 +16,9 @@ from leaseq.errors import ConfigurationError, InvalidQueueName
 
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
-# The order of a queue's key GROUP in every script's KEYS (scripts/_common.lua).
-QUEUE_PARTS = ("job:", "ready", "delayed", "running", "dead", "unique", "completed",
-               "cancelled", "discarded")
+# The order of a queue's key GROUP in every script's KEYS: PARTS in scripts/_common.lua.
+QUEUE_PARTS = ("job:", "jobs", "ready", "delayed", "running", "dead", "completed",
+               "cancelled", "discarded", "unique", "paused")
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
@@ -35,7 +35,7 @@ class Keys:
         self.queues = f"{{{prefix}}}:queues"
 
     def queue(self, name: str) -> list[str]:
-        """The GROUP of 9 keys of queue ``name``, in script order."""
+        """The GROUP of keys of queue ``name``, in script order."""
         if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
             raise InvalidQueueName(f"invalid queue name {name!r} for a Redis key")
         base = f"{{{self.prefix}:{name}}}:"

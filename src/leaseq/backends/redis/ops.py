@@ -68,8 +68,13 @@ def us_at(when: datetime) -> int:
     return (when - EPOCH) // timedelta(microseconds=1)
 
 
+def at(value: str | int) -> datetime:
+    """Microseconds since the epoch (as Lua wrote them) as an aware UTC datetime."""
+    return EPOCH + timedelta(microseconds=int(value))
+
+
 def dt(value: str | int | None) -> datetime | None:
-    return None if value is None else EPOCH + timedelta(microseconds=int(value))
+    return None if value is None else at(value)
 
 
 def opt(value: str | int | None) -> str:
@@ -120,6 +125,8 @@ class RedisOps:
     def startup(self) -> Plan[None]:
         """Checks the server once per client: Redis 6.2+, and an eviction policy that
         cannot drop queue keys (anything but ``noeviction`` gets a WARNING)."""
+        # Connects (AUTH, SELECT): their errors must surface, unlike the tolerated ones below.
+        yield Call("PING", command=True)
         info = yield Call("INFO", args=("server",), command=True, tolerate=True)
         if isinstance(info, dict) and "redis_version" in info:
             version = str(info["redis_version"])
@@ -184,9 +191,8 @@ class RedisOps:
                 payload=decode(h["payload"]), priority=int(h["priority"]),
                 attempts=int(h["attempts"]), max_attempts=int(h["max_attempts"]),
                 unique_key=h.get("unique_key"), lease_token=int(h["lease_token"]),
-                lease_until=dt(h["lease_until"]),  # type: ignore[arg-type]
-                worker_id=h["worker_id"], created_at=dt(h["created_at"]),  # type: ignore[arg-type]
-                lease=lease,
+                lease_until=at(h["lease_until"]), worker_id=h["worker_id"],
+                created_at=at(h["created_at"]), lease=lease,
             )
             self.located.put(job.id, job.queue)
             jobs.append(job)
@@ -194,29 +200,75 @@ class RedisOps:
 
     # -- calls on one job --------------------------------------------------------------
 
-    def on_job(self, job_id: int, call: Callable[[list[str]], Call]) -> Plan[Any]:
-        """Runs ``call(keys)`` on the job's queue; None when no job has that id.
+    def on_jobs(
+        self, job_ids: Sequence[int], call: Callable[[list[tuple[int, str]]], Call],
+        single: bool = False,
+    ) -> Plan[list[Any]]:
+        """Runs ``call([(item, queue), ...])`` on the queues of ``job_ids``; its script
+        replies per item (with ``single``, once for its one item). Returns the replies,
+        None where no job has that id.
 
-        The queue comes from this client's memory, else from the id index. A job never
-        changes queue, so reading the index before the script is safe: a job that
-        vanishes in between (pruned) makes the script answer "missing".
+        Queues come from this client's memory, else from the id index (``locate``). A job
+        never changes queue, so reading the index before the script is safe: a job that
+        vanishes in between (pruned) makes the script answer "missing". A remembered queue
+        that turns out wrong (the data was flushed and ids reused) is read again once.
         """
-        queue = self.located.get(job_id)
-        if queue is not None:
-            reply = yield call(self.k.with_job(queue, job_id))
-            if reply != "missing":
-                return reply
-            self.located.forget(job_id)
-        queue = yield Call("locate", (self.k.index,), (job_id,))
-        if queue is None:
-            return None
-        self.located.put(job_id, queue)
-        reply = yield call(self.k.with_job(queue, job_id))
-        return None if reply == "missing" else reply
+        replies: list[Any] = [None] * len(job_ids)
+        pending = list(range(len(job_ids)))
+        fresh: set[int] = set()
+        while pending:
+            where = {i: q for i in pending if (q := self.located.get(job_ids[i])) is not None}
+            unknown = [i for i in pending if i not in where]
+            for start in range(0, len(unknown), ROUND):
+                part = unknown[start:start + ROUND]
+                found = yield Call("locate", (self.k.index,), [job_ids[i] for i in part])
+                for i, queue in zip(part, found, strict=True):
+                    if queue is not None:
+                        where[i] = queue
+                        fresh.add(i)
+                        self.located.put(job_ids[i], queue)
+            run = [(i, where[i]) for i in pending if i in where]
+            if not run:
+                break
+            out = yield call(run)
+            pending = []
+            for (i, _), reply in zip(run, [out] if single else out, strict=True):
+                if reply == "missing":
+                    self.located.forget(job_ids[i])
+                    if i not in fresh:
+                        pending.append(i)
+                else:
+                    replies[i] = reply
+        return replies
+
+    def on_job(self, name: str, job_id: int, *args: str | int, only_job_key: bool = False
+               ) -> Plan[Any]:
+        """Script ``name`` on one job (KEYS: its hash, then its queue's GROUP); its
+        reply, or None when no job has that id."""
+        def call(run: list[tuple[int, str]]) -> Call:
+            keys = self.k.with_job(run[0][1], job_id)
+            return Call(name, keys[:1] if only_job_key else keys, args)
+
+        [reply] = yield from self.on_jobs([job_id], call, single=True)
+        return reply
+
+    def grouped(self, name: str, run: list[tuple[int, str]],
+                item: Callable[[int], Sequence[str | int]]) -> Call:
+        """One script call over items of several queues: one key GROUP per distinct queue,
+        and per item its group number followed by ``item(i)``."""
+        groups: dict[str, int] = {}
+        keys: list[str] = []
+        args: list[str | int] = []
+        for i, queue in run:
+            if queue not in groups:
+                groups[queue] = len(groups) + 1
+                keys += self.k.queue(queue)
+            args += [groups[queue], *item(i)]
+        return Call(name, keys, args)
 
     def held(self, name: str, job_id: int, token: int, *args: str | int) -> Plan[Any]:
         """A fenced script: its reply, or ``LeaseLost`` when the lease is not held."""
-        reply = yield from self.on_job(job_id, lambda keys: Call(name, keys, (token, *args)))
+        reply = yield from self.on_job(name, job_id, token, *args)
         if reply is None or reply == "lost":
             raise LeaseLost(
                 f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
@@ -227,8 +279,7 @@ class RedisOps:
     def renew(self, job_id: int, token: int, extend: float) -> Plan[datetime]:
         until_us, cancel_requested = yield from self.held("renew", job_id, token,
                                                           max(1, us(extend)))
-        until = dt(until_us)
-        assert until is not None
+        until = at(until_us)
         if cancel_requested:
             raise JobCancelled(
                 f"job {job_id} was cancelled; its lease runs to {until.isoformat()}, "
@@ -241,6 +292,30 @@ class RedisOps:
     ) -> Plan[None]:
         refuse_connection(conn)
         yield from self.held("complete", job_id, token, opt(result))
+
+    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Plan[list[bool]]:
+        def item(i: int) -> tuple[int, int, str]:
+            job_id, token, result = items[i]
+            return job_id, token, opt(result)
+
+        replies = yield from self.on_jobs(
+            [job_id for job_id, _, _ in items],
+            lambda run: self.grouped("complete_many", run, item),
+        )
+        return [reply == "ok" for reply in replies]
+
+    def renew_many(
+        self, items: Sequence[tuple[int, int, float]]
+    ) -> Plan[list[tuple[datetime, bool] | None]]:
+        def item(i: int) -> tuple[int, int, int]:
+            job_id, token, extend = items[i]
+            return job_id, token, max(1, us(extend))
+
+        replies = yield from self.on_jobs(
+            [job_id for job_id, _, _ in items],
+            lambda run: self.grouped("renew_many", run, item),
+        )
+        return [(at(r[0]), bool(r[1])) if isinstance(r, list) else None for r in replies]
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Plan[JobState]:
         state = yield from self.held("fail", job_id, token, opt(error), us(delay))
@@ -269,7 +344,7 @@ class RedisOps:
     def operate(self, name: str, job_id: int, allowed: str, *args: str) -> Plan[str]:
         """An operator script on one job; ``JobNotFound`` or ``JobStateError`` when it
         refuses, else its reply."""
-        reply = yield from self.on_job(job_id, lambda keys: Call(name, keys, args))
+        reply = yield from self.on_job(name, job_id, *args)
         if reply is None:
             raise JobNotFound(f"no job with id {job_id}")
         if allowed and reply != "ok":
@@ -291,14 +366,15 @@ class RedisOps:
     # -- reads ---------------------------------------------------------------------------
 
     def get(self, job_id: int) -> Plan[JobInfo]:
-        reply = yield from self.on_job(job_id, lambda keys: Call("get", keys[:1]))
+        reply = yield from self.on_job("get", job_id, only_job_key=True)
         if reply is None:
             raise JobNotFound(f"no job with id {job_id}")
         now, flat = reply
         return info(record(flat), int(now))
 
     def queue_groups(self) -> Plan[list[tuple[list[str], list[str]]]]:
-        """Every queue that ever held a job, sorted, as ``(names, keys)`` chunks."""
+        """Every queue that ever held a job or was paused, sorted, in chunks of
+        ``(names, keys)``."""
         names = sorted((yield Call("queues", (self.k.queues,))))
         chunks = [names[i:i + CHUNK] for i in range(0, len(names), CHUNK)]
         return [(chunk, [key for name in chunk for key in self.k.queue(name)])
@@ -310,8 +386,41 @@ class RedisOps:
             counts = yield Call("stats", keys)
             for name, c in zip(names, counts, strict=True):
                 if any(c):
-                    out[name] = QueueStats(name, *(int(n) for n in c))
+                    n = [int(v) for v in c]
+                    out[name] = QueueStats(
+                        name, available=n[0], scheduled=n[1], running=n[2], dead=n[3],
+                        completed=n[4], cancelled=n[5], discarded=n[6], paused=bool(n[7]),
+                    )
         return out
+
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> Plan[list[JobInfo]]:
+        """Each chunk of queues gives its own first ``limit`` matches (``list.lua`` pages
+        through them); the overall first ``limit`` are among those."""
+        if queue is None:
+            chunks = yield from self.queue_groups()
+        else:
+            chunks = [([queue], self.k.queue(queue))]
+        found: list[JobInfo] = []
+        for names, keys in chunks:
+            scan = max(16, 1024 // len(names))
+            cursor, wanted = after, limit
+            while wanted:
+                cursor, now, flats = yield Call("list", keys, (cursor, wanted, opt(state), scan))
+                found += [info(record(flat), int(now)) for flat in flats]
+                wanted -= len(flats)
+                if not int(cursor):
+                    break
+        found.sort(key=lambda job: job.id)
+        return found[:limit]
+
+    def set_paused(self, queue: str, paused: bool) -> Plan[None]:
+        yield Call("pause", [self.k.queues, *self.k.queue(queue)], (queue, int(paused)))
+
+    def paused(self) -> Plan[list[str]]:
+        stats = yield from self.stats()
+        return [name for name, s in stats.items() if s.paused]
 
     # -- maintenance ---------------------------------------------------------------------
 
@@ -336,23 +445,36 @@ class RedisOps:
                     break
         return pruned
 
+    def drop(self) -> Plan[int]:
+        """Not part of the contract: deletes every key under this prefix (``leaseq bench``
+        and tests clean up with it). SCAN with the escaped prefix pattern (keys.py), so
+        only this prefix's keys match."""
+        cursor, deleted = 0, 0
+        while True:
+            cursor, keys = yield Call("SCAN", args=(cursor, "MATCH", self.k.pattern(),
+                                                    "COUNT", 1000), command=True)
+            if keys:
+                deleted += yield Call("UNLINK", args=keys, command=True)
+            if int(cursor) == 0:
+                return deleted
+
 
 def info(h: dict[str, str], now: int) -> JobInfo:
     """A job hash as ``get`` shows it; ``now`` is the server's time in µs."""
     state = h["state"]
-    at = int(h["available_at"])
+    available_at = int(h["available_at"])
     live = "finished_at" not in h
-    if state == "available" and at > now:
+    if state == "available" and available_at > now:
         state = "scheduled"
     return JobInfo(
         id=int(h["id"]), queue=h["queue"], kind=h.get("kind"),
         state=state,  # type: ignore[arg-type]
         payload=decode(h["payload"]), priority=int(h["priority"]),
         attempts=int(h["attempts"]), max_attempts=int(h["max_attempts"]),
-        unique_key=h.get("unique_key"), available_at=dt(at) if live else None,
+        unique_key=h.get("unique_key"), available_at=at(available_at) if live else None,
         lease_until=dt(h.get("lease_until")), worker_id=h.get("worker_id"),
-        created_at=dt(h["created_at"]),  # type: ignore[arg-type]
-        started_at=dt(h.get("started_at")), finished_at=dt(h.get("finished_at")),
+        created_at=at(h["created_at"]), started_at=dt(h.get("started_at")),
+        finished_at=dt(h.get("finished_at")),
         result=decode(h.get("result")), error=h.get("error"),
         cancel_requested=h.get("cancel_requested") == "1",
     )

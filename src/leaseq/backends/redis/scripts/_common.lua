@@ -9,18 +9,20 @@
 --
 --   {P}:ids                STRING  the last job id handed out (INCR); ids are never reused
 --   {P}:index              HASH    job id -> queue name, for live and historical jobs
---   {P}:queues             SET     every queue name that ever held a job
+--   {P}:queues             SET     every queue name that ever held a job or was paused
 --   {P:Q}:job:<id>         HASH    one job, live or historical (fields below)
+--   {P:Q}:jobs             ZSET    every job of the queue, live or historical: score id
 --   {P:Q}:ready            ZSET    available jobs known to be due: score -priority,
 --                                  member rank(available_at, id) (see rank below)
 --   {P:Q}:delayed          ZSET    available jobs not yet promoted to ready:
 --                                  score available_at, member id
 --   {P:Q}:running          ZSET    leased jobs: score lease_until, member id
 --   {P:Q}:dead             ZSET    dead jobs: score id (kick takes the oldest), member id
---   {P:Q}:unique           HASH    unique_key -> id of the live job that holds it
 --   {P:Q}:completed        ZSET    history by terminal state:
 --   {P:Q}:cancelled                  score finished_at, member id
 --   {P:Q}:discarded
+--   {P:Q}:unique           HASH    unique_key -> id of the live job that holds it
+--   {P:Q}:paused           STRING  "1" while the queue is paused (claims skip it)
 --
 -- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
 -- keys share another (docs/redis.md says what that means for Cluster).
@@ -35,16 +37,18 @@
 -- "now" is always the server's TIME, never the client's clock. Integers travel as
 -- text (int() below): Lua's tostring would print 1.7e+15 and lose digits.
 --
--- KEYS of one queue arrive as a GROUP of 9, in this order (keys.py builds them):
---   1 job-key prefix "{P:Q}:job:"   2 ready   3 delayed   4 running   5 dead
---   6 unique   7 completed   8 cancelled   9 discarded
+-- KEYS of one queue arrive as a GROUP, in the order of PARTS below (keys.py builds
+-- them in the same order; a test holds the two lists equal): the job-key prefix
+-- "{P:Q}:job:" first, then the queue's other keys.
 --
 -- OPTIONAL ARGV values (kind, unique_key, run_at, error, reason, result) are "" for
 -- null and "+" followed by the value otherwise, so an empty string stays distinct.
 --
 -- Every script reads and checks before its first write, so a refusal writes nothing.
 
-local GROUP = 9
+local PARTS = {'job', 'jobs', 'ready', 'delayed', 'running', 'dead', 'completed',
+               'cancelled', 'discarded', 'unique', 'paused'}
+local GROUP = #PARTS
 
 local function now_us()
   local t = redis.call('TIME')
@@ -61,12 +65,11 @@ local function opt(value)
   return string.sub(value, 2)
 end
 
+-- The keys of the queue whose GROUP starts at KEYS[first], by part name.
 local function queue_at(first)
-  return {
-    job = KEYS[first], ready = KEYS[first + 1], delayed = KEYS[first + 2],
-    running = KEYS[first + 3], dead = KEYS[first + 4], unique = KEYS[first + 5],
-    completed = KEYS[first + 6], cancelled = KEYS[first + 7], discarded = KEYS[first + 8],
-  }
+  local q = {}
+  for i, part in ipairs(PARTS) do q[part] = KEYS[first + i - 1] end
+  return q
 end
 
 -- HMGET into a table by field name; absent fields are false.
@@ -117,6 +120,13 @@ local function not_held(key, token)
   if not f.state then return 'missing' end
   if f.state ~= 'running' or f.lease_token ~= token then return 'lost' end
   return false
+end
+
+-- True when the job is in history as completed by lease `token`: an ack that this very
+-- lease repeats (its first reply was lost) is a success, not a stale write.
+local function completed_by(key, token)
+  local f = fields(key, 'state', 'lease_token')
+  return f.state == 'completed' and f.lease_token == token
 end
 
 -- running -> available after `delay` µs (error kept unless a new one is given).

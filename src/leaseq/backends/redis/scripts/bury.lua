@@ -1,6 +1,6 @@
 -- bury: running -> dead, with `reason` as its error (the last error when null).
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] reason (optional)
 -- Returns: "ok", or "lost" when the lease is not held, or "missing" when there is no
 -- such job (nothing changed)

@@ -2,7 +2,7 @@
 -- running -> running with cancel_requested, so its holder's next heartbeat reports it.
 -- A finished job is left alone.
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- Returns: the state after the call (cancelled, running, or the finished job's state),
 -- or "missing" when there is no such job
 

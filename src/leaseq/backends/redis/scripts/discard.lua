@@ -1,7 +1,7 @@
 -- discard: dead, scheduled or available -> discarded (history), with `reason` as its
 -- error (the last error when null).
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] reason (optional)
 -- Returns: "ok"; "missing" when there is no such job; otherwise the job's state, which
 -- does not allow a discard (nothing changed)

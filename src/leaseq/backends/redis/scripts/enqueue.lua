@@ -3,7 +3,7 @@
 -- back with created = 0. Twins inside one batch are one job.
 --
 -- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues
--- KEYS[4..] one GROUP of 9 keys per distinct queue of the batch (_common.lua)
+-- KEYS[4..] one GROUP of keys per distinct queue of the batch (_common.lua)
 -- ARGV: 9 values per job, in batch order:
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
@@ -35,6 +35,7 @@ for i = 1, #ARGV, 9 do
       redis.call('HSET', key, 'unique_key', unique_key)
       redis.call('HSET', q.unique, unique_key, id)
     end
+    redis.call('ZADD', q.jobs, id, id)
     make_available(q, id, at, priority, now)
     redis.call('HSET', KEYS[2], id, queue)
     redis.call('SADD', KEYS[3], queue)

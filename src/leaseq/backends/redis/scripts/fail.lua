@@ -2,7 +2,7 @@
 -- when attempts >= max_attempts; -> cancelled (history) when a cancel was requested.
 -- The error replaces the job's last error unless it is null.
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] error (optional)   ARGV[3] delay (µs)
 -- Returns: the new state (available, scheduled, dead, cancelled), or "lost" when the
 -- lease is not held, or "missing" when there is no such job (nothing changed)

@@ -1,7 +1,7 @@
 -- kick: dead -> available now, with attempts reset to 0, for up to `limit` dead jobs of
 -- one queue, oldest (lowest id) first. The driver calls it in rounds of at most 1000.
 --
--- KEYS[1..9] the queue's GROUP (_common.lua)
+-- KEYS the queue's GROUP (_common.lua)
 -- ARGV[1] limit
 -- Returns: how many jobs were kicked
 

@@ -1,8 +1,9 @@
--- locate: the queue a job id belongs to, from the id index. Read-only. Ops by id read
--- this first, then run their script on that queue's keys (a job never changes queue).
+-- locate: the queue each job id belongs to, from the id index. Read-only. Calls on jobs
+-- read this first, then run their script on those queues' keys (a job never changes
+-- queue, so the answer cannot go stale while the job exists).
 --
 -- KEYS[1] {P}:index
--- ARGV[1] job id
--- Returns: the queue name, or nil when no live or historical job has that id
+-- ARGV: job ids
+-- Returns: one queue name per id, nil where no live or historical job has that id
 
-return redis.call('HGET', KEYS[1], ARGV[1])
+return redis.call('HMGET', KEYS[1], unpack(ARGV))

@@ -1,8 +1,8 @@
--- prune: deletes history jobs that finished more than `age` ago (job hash, history
--- set entry and id index entry), up to `batch` per call; the driver calls again while
--- a call fills its batch. Live jobs are never touched.
+-- prune: deletes history jobs that finished more than `age` ago (the job hash, its
+-- entries in the history and jobs sets, its id index entry), up to `batch` per call;
+-- the driver calls again while a call fills its batch. Live jobs are never touched.
 --
--- KEYS[1] {P}:index   KEYS[2..] one GROUP of 9 keys per queue (_common.lua)
+-- KEYS[1] {P}:index   KEYS[2..] one GROUP of keys per queue (_common.lua)
 -- ARGV[1] age (µs)   ARGV[2] batch
 -- Returns: how many jobs were deleted
 
@@ -18,6 +18,7 @@ for first = 2, #KEYS, GROUP do
       redis.call('DEL', q.job .. id)
       redis.call('HDEL', KEYS[1], id)
       redis.call('ZREM', set, id)
+      redis.call('ZREM', q.jobs, id)
     end
     deleted = deleted + #ids
     left = left - #ids

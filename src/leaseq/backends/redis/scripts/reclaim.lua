@@ -3,7 +3,7 @@
 -- (history) when a cancel was requested. Up to `limit` jobs over the given queues, the
 -- longest-expired first. The driver calls it in rounds of at most 1000 jobs.
 --
--- KEYS: one GROUP of 9 keys per queue (_common.lua)
+-- KEYS: one GROUP of keys per queue (_common.lua)
 -- ARGV[1] limit
 -- Returns: how many jobs were reclaimed
 

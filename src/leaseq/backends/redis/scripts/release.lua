@@ -2,7 +2,7 @@
 -- failure: the last error is kept as it was); -> cancelled (history) when a cancel was
 -- requested.
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] delay (µs)
 -- Returns: the new state (available, scheduled, cancelled), or "lost" when the lease is
 -- not held, or "missing" when there is no such job (nothing changed)

@@ -2,7 +2,7 @@
 -- caller holds the lease. The caller raises JobCancelled when cancel was requested (the
 -- lease is extended first, so the holder has time to give the job up).
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] extend (µs)
 -- Returns: {lease_until, cancel_requested (1/0)}, or "lost" when the lease is not
 -- held, or "missing" when there is no such job

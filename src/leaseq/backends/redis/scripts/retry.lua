@@ -1,7 +1,7 @@
 -- retry: dead -> available now with attempts reset to 0; scheduled -> available now
 -- with its attempts kept.
 --
--- KEYS[1] {P:Q}:job:<id>   KEYS[2..10] the job's queue GROUP (_common.lua)
+-- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- Returns: "ok"; "missing" when there is no such job; otherwise the job's state, which
 -- does not allow a retry (nothing changed)
 

@@ -2,9 +2,9 @@
 -- Scheduled = available_at in the future; a due job still waiting in the delayed set
 -- counts as available.
 --
--- KEYS: one GROUP of 9 keys per queue (_common.lua)
+-- KEYS: one GROUP of keys per queue (_common.lua)
 -- Returns: per queue, in KEYS order, {available, scheduled, running, dead, completed,
--- cancelled, discarded}
+-- cancelled, discarded, paused (1/0)}
 
 local now = int(now_us())
 local out = {}
@@ -19,6 +19,7 @@ for first = 1, #KEYS, GROUP do
     redis.call('ZCARD', q.completed),
     redis.call('ZCARD', q.cancelled),
     redis.call('ZCARD', q.discarded),
+    redis.call('EXISTS', q.paused),
   }
 end
 return out

@@ -1,0 +1,16 @@
+-- pause / resume: sets or clears a queue's paused flag. Claims skip a paused queue;
+-- enqueueing into it still works. A paused queue is registered, so stats shows it even
+-- while it holds no job.
+--
+-- KEYS[1] {P}:queues   KEYS[2..] the queue's GROUP (_common.lua)
+-- ARGV[1] queue name   ARGV[2] "1" to pause, "0" to resume
+-- Returns: "ok"
+
+local q = queue_at(2)
+if ARGV[2] == '1' then
+  redis.call('SADD', KEYS[1], ARGV[1])
+  redis.call('SET', q.paused, '1')
+else
+  redis.call('DEL', q.paused)
+end
+return 'ok'
