@@ -61,9 +61,10 @@ class Chaos:
         self.prefix = new_prefix()
         base = {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
                 "mysql": MYSQL_URL, "redis": REDIS_URL}[backend]
-        # Workers' PostgreSQL sessions carry a name, so connection kills hit only them.
-        self.url = (f"{base}{'&' if '?' in base else '?'}application_name=leaseq_chaos"
-                    if backend == "postgres" else base)
+        # Workers' PostgreSQL sessions and Redis clients carry a name, so connection kills
+        # hit only them, never another program using the same server.
+        name = {"postgres": "application_name", "redis": "client_name"}.get(backend)
+        self.url = f"{base}{'&' if '?' in base else '?'}{name}=leaseq_chaos" if name else base
         self.tmp = tmp
         self.log = tmp / "starts.jsonl"
         self.q = leaseq.connect(base, table_prefix=self.prefix, reclaim_interval=None)
@@ -147,7 +148,10 @@ class Chaos:
             import redis
 
             with redis.Redis.from_url(REDIS_URL) as client:
-                client.client_kill_filter(_type="normal", skipme=True)
+                for info in client.client_list():
+                    if info.get("name") == "leaseq_chaos":
+                        with contextlib.suppress(redis.ResponseError):  # gone meanwhile
+                            client.client_kill_filter(_id=info["id"])
         self.count("connection_kill")
 
     def restart_server(self) -> None:
