@@ -1,0 +1,1 @@
+"""Benchmarks of leaseq against its peers: see benchmarks/README.md."""

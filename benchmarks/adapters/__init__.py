@@ -1,0 +1,1 @@
+"""One module per benchmarked system; each exposes `adapters()`. See base.py."""

@@ -1,0 +1,143 @@
+"""leaseq on each of its backends, measured exactly like the peers.
+
+Configuration:
+* producer: `Queue.enqueue` (one transaction per job) and `Queue.enqueue_many` in batches of
+  1,000 (one statement per batch on PostgreSQL and MySQL, one transaction on SQLite);
+* worker: the CLI, `leaseq worker benchmarks.adapters.leaseq_adapter:app --concurrency 50`
+  per OS process; the task is an `async def` no-op that calls `record` and returns, so it
+  runs on the worker's event loop (plain functions would run in its thread pool); default
+  lease 30 s (renewed every 10 s), acks buffered and flushed in batches; poll interval 0.1 s
+  (PostgreSQL also wakes on LISTEN/NOTIFY);
+* storage: a fresh table prefix (or key prefix) per measurement, dropped in teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import leaseq
+from benchmarks.adapters.base import (
+    BATCH,
+    MYSQL_URL,
+    PG_DSN,
+    REDIS_URL,
+    Recorder,
+    record,
+    run_drain,
+    run_pickup,
+    unique_name,
+)
+
+URL_ENV, PREFIX_ENV = "LQBENCH_LEASEQ_URL", "LQBENCH_LEASEQ_PREFIX"
+QUEUE = "bench"
+CONCURRENCY = 50
+
+# Worker side: `leaseq worker benchmarks.adapters.leaseq_adapter:app`.
+app = leaseq.App(os.environ.get(URL_ENV, "memory://lqbench"),
+                 table_prefix=os.environ.get(PREFIX_ENV, "leaseq_"))
+
+
+@app.task(queue=QUEUE, name="noop")
+async def noop(t: float) -> None:
+    record(t)
+
+
+class LeaseqAdapter:
+    config = (f"leaseq {leaseq.__version__}: async no-op task, {CONCURRENCY} concurrent jobs per "
+              "worker process, batched claims/acks, poll 0.1 s (+NOTIFY on PostgreSQL)")
+
+    def __init__(self, backend: str, url: str) -> None:
+        self.backend = backend
+        self.name = f"leaseq-{backend}"
+        self.url = url
+        self.q: leaseq.Queue | None = None
+        self.prefix = ""
+        self.last_drain = None
+
+    def available(self) -> str | None:
+        try:
+            q = leaseq.connect(self.url, table_prefix=unique_name("probe")[:30] + "_")
+            q.close()
+        except leaseq.LeaseqError as exc:
+            return f"{self.url.split('@')[-1]}: {exc}"
+        return None
+
+    def setup(self) -> None:
+        self.prefix = unique_name("lq")[-20:] + "_"
+        if self.backend == "sqlite":
+            self.url = f"sqlite:///{os.environ.get('TMPDIR', '/tmp')}/{self.prefix}.db"
+        self.q = leaseq.connect(self.url, table_prefix=self.prefix, reclaim_interval=None)
+        self.q.migrate()
+
+    def teardown(self) -> None:
+        if self.q is not None:
+            drop = getattr(self.q._backend, "drop", None)
+            if drop is not None:
+                drop()
+            self.q.close()
+            self.q = None
+        if self.backend == "sqlite":
+            for suffix in ("", "-wal", "-shm"):
+                path = self.url.split("sqlite:///", 1)[1] + suffix
+                if os.path.exists(path):
+                    os.unlink(path)
+
+    def _job(self) -> dict[str, object]:
+        return {"queue": QUEUE, "payload": {"t": time.time()}, "kind": "noop"}
+
+    def enqueue_single(self, n: int) -> float:
+        assert self.q is not None
+        start = time.perf_counter()
+        for _ in range(n):
+            self.q.enqueue(QUEUE, {"t": time.time()}, kind="noop")
+        return time.perf_counter() - start
+
+    def enqueue_batch(self, n: int) -> float:
+        assert self.q is not None
+        start = time.perf_counter()
+        for first in range(0, n, BATCH):
+            self.q.enqueue_many([self._job() for _ in range(min(BATCH, n - first))])
+        return time.perf_counter() - start
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "leaseq.cli", "worker",
+                "benchmarks.adapters.leaseq_adapter:app", "--concurrency", str(CONCURRENCY),
+                "--poll-interval", "0.1", "--log-level", "WARNING"]
+
+    def _env(self) -> dict[str, str]:
+        return {URL_ENV: self.url, PREFIX_ENV: self.prefix}
+
+    def drain(self, n: int, workers: int) -> float:
+        assert self.q is not None
+        for first in range(0, n, 5000):
+            self.q.enqueue_many([self._job() for _ in range(min(5000, n - first))])
+        rec = Recorder()
+        try:
+            return run_drain([self._command()] * workers, self._env(), rec, n,
+                             lambda timing: setattr(self, "last_drain", timing))
+        finally:
+            rec.close()
+
+    def pickup_latency(self, rate: float, seconds: float) -> list[float]:
+        assert self.q is not None
+        q = self.q
+        rec = Recorder()
+        try:
+            return run_pickup(self._command(), self._env(), rec,
+                              lambda t: q.enqueue(QUEUE, {"t": t}, kind="noop"), rate, seconds)
+        finally:
+            rec.close()
+
+
+def adapters() -> list[LeaseqAdapter]:
+    found = [LeaseqAdapter("postgres", PG_DSN), LeaseqAdapter("mysql", MYSQL_URL),
+             LeaseqAdapter("sqlite", "sqlite:///unused.db")]
+    try:
+        import redis  # noqa: F401
+
+        found.append(LeaseqAdapter("redis", REDIS_URL))
+    except ImportError:
+        pass
+    return found
