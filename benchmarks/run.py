@@ -1,7 +1,7 @@
 """Run the benchmark workloads on every available system and write a markdown report.
 
     python benchmarks/run.py [--systems a,b] [--jobs N] [--runs 3] [--quick]
-                             [--out benchmarks/RESULTS.md] [--merge OLD.json] [--list]
+                             [--out benchmarks/RESULTS-run.md] [--merge OLD.json] [--list]
 
 Usually started through `benchmarks/run`, which prepares the virtualenv and the servers.
 See benchmarks/README.md for what is measured and how.
@@ -677,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="pickup duration (default 10)")
     p.add_argument("--workloads", help="comma-separated subset of: enqueue_single, "
                    "enqueue_batch, drain_1, drain_2, pickup")
-    p.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS.md"),
+    p.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS-run.md"),
                    help="markdown report; its .json twin is written beside it")
     p.add_argument("--merge", action="append", default=[],
                    help="add systems from an earlier run's JSON that this run did not measure")
