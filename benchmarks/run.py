@@ -134,6 +134,7 @@ class Cell:
     na: str | None = None
     failed: int = 0  # tries that raised (each retried, up to RETRIES times per run)
     discarded: int = 0  # tries thrown away because other processes used the CPU meanwhile
+    source: str | None = None  # set when merged in from an earlier run's JSON
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -466,7 +467,7 @@ def render(
         f"({meta['minutes']:.1f} min; {meta['runs']} run(s) of every workload"
         f"{', quick mode' if meta['quick'] else ''}). Every figure below comes from this "
         "machine, the systems measured one after the other."
-        + (" Systems marked † come from an earlier run merged in with `--merge`."
+        + (" Rows marked † come from an earlier run on this machine, merged in with `--merge`."
            if meta.get("merged") else "")
         + "\n"
     )
@@ -531,7 +532,8 @@ def render(
     w("")
     w("How each system is run:\n")
     for name, s in systems.items():
-        src = f" († from {s['source']})" if s.get("merged") else ""
+        srcs = sorted({c.source for c in s["cells"].values() if c.source})
+        src = f" († from {'; '.join(srcs)})" if srcs else ""
         w(f"- **{name}** ({BACKEND_LABEL.get(s['backend'], s['backend'])}): {s['config']}{src}")
     if meta["skipped"]:
         w("")
@@ -556,7 +558,7 @@ def render(
         w("|" + "---|" * len(head))
         for name, s in systems.items():
             cell: Cell | None = s["cells"].get(wl.key)
-            label = name + (" †" if s.get("merged") else "")
+            label = name + (" †" if cell is not None and cell.source else "")
             row = [label, BACKEND_LABEL.get(s["backend"], s["backend"])]
             if cell is None:
                 row += ["not run"] + [""] * (len(head) - 3)
@@ -637,7 +639,6 @@ def to_json(meta: dict[str, Any], systems: dict[str, Any]) -> dict[str, Any]:
             name: {
                 "backend": s["backend"],
                 "config": s["config"],
-                "source": s.get("source"),
                 "cells": {k: vars(c) for k, c in s["cells"].items()},
             }
             for name, s in systems.items()
@@ -646,19 +647,22 @@ def to_json(meta: dict[str, Any], systems: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_from(path: str, systems: dict[str, Any]) -> int:
+    """Add the (system, workload) results of an earlier run that this run did not measure.
+    Returns how many were added; the report marks them with a dagger."""
     data = json.loads(Path(path).read_text())
+    source = f"{path}, run of {data['meta']['finished']}"
     added = 0
-    for name, s in data["systems"].items():
-        if name in systems:
-            continue
-        systems[name] = {
-            "backend": s["backend"],
-            "config": s["config"],
-            "cells": {k: Cell(**c) for k, c in s["cells"].items()},
-            "merged": True,
-            "source": s.get("source") or f"{path}, run of {data['meta']['finished']}",
-        }
-        added += 1
+    for name, old in data["systems"].items():
+        s = systems.setdefault(
+            name, {"backend": old["backend"], "config": old["config"], "cells": {}}
+        )
+        for key, c in old["cells"].items():
+            cell = Cell(**c)
+            if key in s["cells"] or not (cell.runs or cell.na):
+                continue
+            cell.source = c.get("source") or old.get("source") or source
+            s["cells"][key] = cell
+            added += 1
     return added
 
 
@@ -696,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a.name:20} {a.backend:9} {'ok' if why is None else 'unavailable: ' + why}")
         return 0
     chosen = select(all_adapters, args.systems)
-    workloads = make_workloads(args.jobs, args.quick, args.rate, args.seconds)
+    all_workloads = make_workloads(args.jobs, args.quick, args.rate, args.seconds)
+    workloads = all_workloads
     if args.workloads:
         keys = {k.strip() for k in args.workloads.split(",")}
         unknown = keys - {wl.key for wl in workloads}
@@ -730,7 +735,11 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.merge:
             meta["merged"] = merge_from(path, systems) or meta.get("merged", 0)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(render(meta, workloads, systems))
+        shown = [  # merged results can fill workloads this run skipped
+            wl for wl in all_workloads
+            if wl in workloads or any(wl.key in s["cells"] for s in systems.values())
+        ]
+        out.write_text(render(meta, shown, systems))
         out.with_suffix(".json").write_text(json.dumps(to_json(meta, systems), indent=1))
         log(f"wrote {out} and {out.with_suffix('.json')}")
 
