@@ -3,7 +3,8 @@
 Handlers hand their results to ``Completer.ack`` and wait; one flush at a time sends
 everything pending in one ``ack_many`` transaction. While a flush is in flight new acks
 pile up, so batches grow with load by themselves, and an idle worker flushes after
-``delay`` seconds. Each waiter learns whether its own job completed or its lease was lost.
+``delay`` seconds (by default it yields to the loop once, so handlers finishing in the
+same turn share a write). Each waiter learns whether its own job completed or its lease was lost.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from leaseq._core.job import Job
 
 
 class Completer:
-    def __init__(self, aq: AsyncQueue, max_batch: int = 500, delay: float = 0.002) -> None:
+    def __init__(self, aq: AsyncQueue, max_batch: int = 500, delay: float = 0.0) -> None:
         self.aq = aq
         self.max_batch = max_batch
         self.delay = delay
@@ -38,9 +39,9 @@ class Completer:
     async def _run(self) -> None:
         while True:
             await self.wake.wait()
+            self.wake.clear()
             if len(self.pending) < self.max_batch:
                 await asyncio.sleep(self.delay)  # let a few more acks join this batch
-            self.wake.clear()
             while self.pending:
                 batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
                 await self._flush(batch)

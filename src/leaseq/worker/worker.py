@@ -98,6 +98,9 @@ class Worker:
         suffix = f"{random.randrange(16**4):04x}"
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self.inflight: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
+        # Handlers running now. A job whose handler has returned frees its slot at once,
+        # while its ack waits for the next batched write (it stays in ``inflight``, leased).
+        self.running = 0
         self.processed = 0
         self.failed = 0
         self.stopping = False
@@ -209,8 +212,8 @@ class Worker:
         assert self._wake is not None
         idle = 0.0
         while not self.stopping:
-            free = self.concurrency - len(self.inflight)
-            if free <= 0:
+            free = self.concurrency - self.running
+            if free <= 0 or len(self.inflight) >= self.concurrency + self._completer.max_batch:
                 await self._wait(None)
                 continue
             try:
@@ -247,36 +250,45 @@ class Worker:
                          deadline=claimed_at + job.lease * 0.9,
                          next_beat=claimed_at + min(job.lease, lease) / 3)
         runner = asyncio.create_task(self._run(aq, ctx, task), name=f"leaseq-job-{job.id}")
+        self.running += 1
         self.inflight[job.id] = (ctx, runner)
         runner.add_done_callback(lambda _: self._finished(job.id))
 
     def _finished(self, job_id: int) -> None:
         self.inflight.pop(job_id, None)
         if self._wake is not None:
-            self._wake.set()  # a slot is free
+            self._wake.set()  # below the cap on jobs awaiting their ack
+
+    def _slot_freed(self) -> None:
+        self.running -= 1
+        if self._wake is not None:
+            self._wake.set()
 
     async def _run(self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None) -> None:
-        job = ctx.job
+        try:
+            result = await self._outcome(ctx, task)
+        finally:
+            self._slot_freed()
+        await self._record(aq, ctx, result, task)
+
+    async def _outcome(self, ctx: JobContext, task: Task[Any, Any] | None) -> Outcome:
+        """Runs the handler; what it returned or raised, as an outcome to record."""
         if task is None:
-            await self._record(aq, ctx, decide.unknown_task(job.kind, sorted(self.app.tasks)), None)
-            return
-        result: Outcome
+            return decide.unknown_task(ctx.job.kind, sorted(self.app.tasks))
         timeout = task.defaults.timeout
         began = time.monotonic()
         try:
-            result = decide.succeeded(await self._call(ctx, task))
+            return decide.succeeded(await self._call(ctx, task))
         except asyncio.CancelledError:
             if not (ctx.lease_lost or ctx.cancelled or ctx.shutting_down):
                 raise
-            result = Outcome("release")
+            return Outcome("release")
         except Exception as exc:
             # A TimeoutError the handler raised itself is an ordinary failure.
             if timeout and isinstance(exc, TimeoutError) and time.monotonic() - began >= timeout:
                 ctx.timed_out = True
-                result = decide.timed_out(timeout)
-            else:
-                result = decide.failed(exc)
-        await self._record(aq, ctx, result, task)
+                return decide.timed_out(timeout)
+            return decide.failed(exc)
 
     async def _call(self, ctx: JobContext, task: Task[Any, Any]) -> Any:
         payload = ctx.job.payload
