@@ -23,11 +23,20 @@ MAX_WORKER_ID = 200
 INT32 = (-(2**31), 2**31 - 1)
 
 
+# Names already checked: a producer names the same few queues again and again. Bounded, so
+# a stream of distinct names cannot grow it without limit.
+_GOOD_NAMES: set[str] = set()
+
+
 def queue_name(name: object) -> str:
+    if type(name) is str and name in _GOOD_NAMES:
+        return name
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise InvalidQueueName(
             f"invalid queue name {name!r}: use 1-200 characters of A-Z a-z 0-9 _ . -"
         )
+    if len(_GOOD_NAMES) < 10_000:
+        _GOOD_NAMES.add(name)
     return name
 
 
@@ -56,12 +65,17 @@ def _string_keys(value: Any, depth: int = 0) -> None:
                 _string_keys(item, depth + 1)
 
 
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def encode(value: Any, cap: int, what: str = "payload") -> str:
     """Encode to compact JSON, refusing what would not come back as it went in."""
     try:
         _string_keys(value)
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-        size = len(text.encode("utf-8"))
+        text = _ENCODER.encode(value)
+        # ASCII text is its own UTF-8; anything else is encoded to count its bytes and to
+        # refuse lone surrogates, which no database stores.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
         raise PayloadNotSerializable(
             f"{what} is not JSON-serialisable ({exc}); use dicts with string keys, lists, "
@@ -100,6 +114,8 @@ def seconds(name: str, value: object, *, positive: bool = False) -> float:
 def optional_text(name: str, value: object, limit: int) -> str | None:
     if value is None:
         return None
+    if type(value) is str and value.isascii() and 0 < len(value) <= limit and "\x00" not in value:
+        return value  # the common case, without the UTF-8 round trip below
     if (not isinstance(value, str) or not 1 <= len(value) <= limit or "\x00" in value
             or not _utf8(value)):
         raise InvalidArgument(

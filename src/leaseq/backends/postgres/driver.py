@@ -4,6 +4,7 @@ deadlocks and serialization failures retried as whole transactions."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -94,16 +95,24 @@ class PostgresOps(SqlOps):
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
         if len(jobs) == 1:
             return (yield from super().insert_plain(jobs))
-        columns: dict[str, list[Any]] = {
-            "queue": [], "kind": [], "payload": [], "priority": [], "max_attempts": [],
-            "run_at": [], "delay": [],
-        }
-        for job in jobs:
-            for key, values in columns.items():
-                values.append(getattr(job, key))
-        r = yield Stmt("insert_jobs", {**columns, "channel": f"{self.d.prefix}jobs"})
+        r = yield Stmt("insert_jobs", {"rows": json_rows(jobs), "channel": f"{self.d.prefix}jobs"})
         # Identity values are drawn in ORDER BY order, so ascending ids are input order.
         return sorted(int(row[0]) for row in r.rows)
+
+
+def json_rows(jobs: Sequence[NewJob]) -> str:
+    """The batch as the JSON array ``insert_jobs`` reads. Payloads are JSON text already
+    and go in as they are; queue and kind names repeat across a batch, so each is escaped
+    once."""
+    names: dict[str | None, str] = {None: "null"}
+    parts = []
+    for job in jobs:
+        queue = names.get(job.queue) or names.setdefault(job.queue, json.dumps(job.queue))
+        kind = names.get(job.kind) or names.setdefault(job.kind, json.dumps(job.kind))
+        run_at = "null" if job.run_at is None else f'"{job.run_at.isoformat()}"'
+        parts.append(f"[{queue},{kind},{job.payload},{job.priority},{job.max_attempts},"
+                     f"{run_at},{job.delay!r}]")
+    return f"[{','.join(parts)}]"
 
 
 def execute(conn: psycopg.Connection[Any], queries: dict[str, str], stmt: Stmt) -> Result:
