@@ -1,40 +1,46 @@
 """Buffered acks: the worker completes jobs in batches, still fenced per job.
 
-Handlers hand their results to ``Completer.ack`` and wait; one flush at a time sends
-everything pending in one ``ack_many`` transaction. While a flush is in flight new acks
-pile up, so batches grow with load by themselves, and an idle worker flushes after
-``delay`` seconds (by default it yields to the loop once, so handlers finishing in the
-same turn share a write). Each waiter learns whether its own job completed or its lease was lost.
+A finished handler hands its job to ``Completer.submit`` and is done; one flush at a time
+writes everything pending in one ``ack_many`` call. While a flush is in flight new acks pile
+up, so batches grow with load by themselves; an idle worker flushes on the next turn of the
+loop (or after ``delay`` seconds), so handlers finishing in the same turn share a write.
+``on_done`` learns, per job, whether it completed (True), its lease was lost (False), or the
+write failed (the exception).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from leaseq._client import AsyncQueue
 from leaseq._core.job import Job
 
+Done = Callable[[Job, bool | BaseException], None]
+
 
 class Completer:
-    def __init__(self, aq: AsyncQueue, max_batch: int = 500, delay: float = 0.0) -> None:
+    def __init__(
+        self, aq: AsyncQueue, on_done: Done, max_batch: int = 500, delay: float = 0.0
+    ) -> None:
         self.aq = aq
+        self.on_done = on_done
         self.max_batch = max_batch
         self.delay = delay
-        self.pending: list[tuple[Job, Any, asyncio.Future[bool]]] = []
+        self.pending: list[tuple[Job, Any]] = []
         self.wake = asyncio.Event()
+        self.writing = asyncio.Lock()
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name="leaseq-completer")
 
-    async def ack(self, job: Job, result: Any) -> bool:
-        """Completes ``job``; False when its lease was lost (nothing was written)."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.pending.append((job, result, future))
+    def submit(self, job: Job, result: Any) -> None:
+        """Queues ``job`` to be completed with ``result`` by the next flush."""
+        self.pending.append((job, result))
         self.wake.set()
-        return await future
 
     async def _run(self) -> None:
         while True:
@@ -42,27 +48,29 @@ class Completer:
             self.wake.clear()
             if len(self.pending) < self.max_batch:
                 await asyncio.sleep(self.delay)  # let a few more acks join this batch
-            while self.pending:
-                batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
-                await self._flush(batch)
+            await self.flush()
 
-    async def _flush(self, batch: list[tuple[Job, Any, asyncio.Future[bool]]]) -> None:
+    async def flush(self) -> None:
+        """Writes everything submitted so far, after any write already in flight."""
+        async with self.writing:
+            while self.pending:
+                batch = self.pending[: self.max_batch]
+                self.pending = self.pending[self.max_batch:]
+                await self._write(batch)
+
+    async def _write(self, batch: list[tuple[Job, Any]]) -> None:
         try:
-            done = await self.aq.ack_many([(job, result) for job, result, _ in batch])
-        except Exception as exc:  # every waiter sees the failure of its own write
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            done: list[bool] = await self.aq.ack_many(batch)
+        except Exception as exc:  # every job of the batch learns of the failed write
+            for job, _ in batch:
+                self.on_done(job, exc)
             return
-        for (_, _, future), ok in zip(batch, done, strict=True):
-            if not future.done():
-                future.set_result(ok)
+        for (job, _), ok in zip(batch, done, strict=True):
+            self.on_done(job, ok)
 
     async def close(self) -> None:
-        """Flushes what is pending, then stops."""
-        while self.pending:
-            batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch:]
-            await self._flush(batch)
+        """Writes what is pending, then stops (never in the middle of a write)."""
+        await self.flush()
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

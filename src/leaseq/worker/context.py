@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,7 +35,6 @@ class JobContext:
     started: bool = False
     deadline: float = field(default_factory=time.monotonic)
     next_beat: float = field(default_factory=time.monotonic)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def should_stop(self) -> bool:

@@ -140,7 +140,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
         aq = AsyncQueue(self.app.url, self.app.settings)
-        self._completer = Completer(aq)
+        self._completer = Completer(aq, self._acked)
         self._completer.start()
         beats = threading.Thread(target=self._heartbeats, name="leaseq-heartbeat", daemon=True)
         beats.start()
@@ -252,9 +252,9 @@ class Worker:
         runner = asyncio.create_task(self._run(aq, ctx, task), name=f"leaseq-job-{job.id}")
         self.running += 1
         self.inflight[job.id] = (ctx, runner)
-        runner.add_done_callback(lambda _: self._finished(job.id))
 
-    def _finished(self, job_id: int) -> None:
+    def _done(self, job_id: int) -> None:
+        """The job's outcome is written (or given up on): it no longer counts as held."""
         self.inflight.pop(job_id, None)
         if self._wake is not None:
             self._wake.set()  # below the cap on jobs awaiting their ack
@@ -265,11 +265,26 @@ class Worker:
             self._wake.set()
 
     async def _run(self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None) -> None:
+        handed_off = False
         try:
-            result = await self._outcome(ctx, task)
+            try:
+                result = await self._outcome(ctx, task)
+            finally:
+                self._slot_freed()
+            handed_off = await self._record(aq, ctx, result, task)
         finally:
-            self._slot_freed()
-        await self._record(aq, ctx, result, task)
+            if not handed_off:
+                self._done(ctx.job.id)
+
+    def _acked(self, job: Job, outcome: bool | BaseException) -> None:
+        """The completer wrote (or failed to write) ``job``'s ack."""
+        self._done(job.id)
+        if outcome is True:
+            self.processed += 1
+        elif outcome is False:
+            log.warning("job %s: lease lost before its outcome was written", job.id)
+        else:
+            log.error("job %s: outcome not written (%s); the lease will expire", job.id, outcome)
 
     async def _outcome(self, ctx: JobContext, task: Task[Any, Any] | None) -> Outcome:
         """Runs the handler; what it returned or raised, as an outcome to record."""
@@ -310,15 +325,16 @@ class Worker:
 
     async def _record(
         self, aq: AsyncQueue, ctx: JobContext, result: Outcome, task: Task[Any, Any] | None
-    ) -> None:
+    ) -> bool:
         """Write the job's outcome, unless the lease is gone; cancelled jobs are released
-        (which records them as cancelled)."""
+        (which records them as cancelled). True when an ack was handed to the completer,
+        which finishes the job's bookkeeping when it has written it."""
         job = ctx.job
         if ctx.lease_lost:
             log.warning("job %s: lease lost, outcome not recorded", job.id)
-            return
+            return False
         if ctx.shutting_down and result.action == "release" and not ctx.cancelled:
-            return  # shutdown gives it back itself
+            return False  # shutdown gives it back itself
         if ctx.cancelled:
             result = Outcome("release")  # recorded as cancelled: a cancel was requested
         backoff = task.backoff if task else None
@@ -326,11 +342,10 @@ class Worker:
             try:
                 if result.action == "ack":
                     aq._result(result.result)  # an unstorable result fails this job alone
-                    if not await self._completer.ack(job, result.result):
-                        raise LeaseLost(f"job {job.id}")
-                else:
-                    for method, args, kwargs in decide.calls(job, result, backoff):
-                        await getattr(aq, method)(*args, **kwargs)
+                    self._completer.submit(job, result.result)
+                    return True
+                for method, args, kwargs in decide.calls(job, result, backoff):
+                    await getattr(aq, method)(*args, **kwargs)
             except ValidationError as exc:  # the result was not storable JSON
                 await aq.nack(job, f"result could not be stored: {exc}", backoff=backoff)
                 result = Outcome("nack")
@@ -340,14 +355,17 @@ class Worker:
             log.warning("job %s: lease lost before its outcome was written", job.id)
         except LeaseqError as exc:
             log.error("job %s: outcome not written (%s); the lease will expire", job.id, exc)
+        return False
 
     async def _drain(self, aq: AsyncQueue) -> None:
         """Shutdown: let running jobs finish within grace, then give the rest back."""
         if not self.inflight:
             return
-        running = [runner for _, runner in self.inflight.values()]
-        log.info("waiting up to %.0f s for %d running jobs", self.grace, len(running))
-        await asyncio.wait(running, timeout=self.grace)
+        running = [runner for _, runner in self.inflight.values() if not runner.done()]
+        if running:
+            log.info("waiting up to %.0f s for %d running jobs", self.grace, len(running))
+            await asyncio.wait(running, timeout=self.grace)
+        await self._completer.flush()  # finished jobs are completed, not given back
         for ctx, runner in list(self.inflight.values()):
             ctx.shutting_down = True
             runner.cancel()
