@@ -1,10 +1,13 @@
-"""PostgreSQL LISTEN/NOTIFY wake-ups for the worker.
+"""Push wake-ups for the worker: PostgreSQL LISTEN/NOTIFY and Redis pub/sub.
 
-Enqueues send ``pg_notify('<prefix>jobs', queue)`` in the enqueueing transaction (queue
-names only, never payloads; delivered on commit, dropped on rollback). The listener is a
-hint, not a correctness mechanism: while it is down the worker's polling covers the
-gap, and it reconnects with backoff, waking the worker once on each reconnect to catch up
-on anything sent meanwhile.
+PostgreSQL: enqueues send ``pg_notify('<prefix>jobs', queue)`` in the enqueueing
+transaction (queue names only, never payloads; delivered on commit, dropped on rollback).
+Redis: every script that makes jobs due now PUBLISHes the queue's name on ``<prefix>:wake``
+(``backends/redis/scripts/_common.lua``), once per queue per call.
+
+Either listener is a hint, not a correctness mechanism: while it is down the worker's
+polling covers the gap, and it reconnects with backoff, waking the worker once on each
+reconnect to catch up on anything sent meanwhile.
 """
 
 from __future__ import annotations
@@ -12,8 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 log = logging.getLogger("leaseq.worker")
+
+REDIS_CLIENT_NAME = "leaseq-listen"
+"""CLIENT SETNAME of the Redis listener's connection, unless the URL names it
+(``?client_name=...``, as the chaos harness does for all of a worker's connections)."""
+REDIS_CONNECT_TIMEOUT = 5.0  # a connect to an unreachable host fails, and is tried again
+REDIS_TICK = 1.0  # how often an idle listener looks at stopping() and its keepalive
+REDIS_QUIET = 30.0  # this long without a message, the listener PINGs the server...
+REDIS_PING_TIMEOUT = 10.0  # ...and reconnects when the reply does not come this soon
 
 
 async def listen(
@@ -23,6 +35,8 @@ async def listen(
     wake: Callable[[], None],
     stopping: Callable[[], bool],
 ) -> None:
+    """LISTEN on ``<prefix>jobs`` and call ``wake()`` for each notification naming one of
+    ``queues``, and once after each (re)connect. Runs until ``stopping()`` or cancelled."""
     import psycopg
     from psycopg import sql
 
@@ -44,3 +58,111 @@ async def listen(
             log.warning("LISTEN connection lost (%s); polling until it is back", exc)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
+
+
+async def listen_redis(
+    url: str,
+    prefix: str,
+    queues: Sequence[str],
+    wake: Callable[[], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """SUBSCRIBE to the wake channel of key prefix ``prefix`` (``table_prefix``) on the
+    Redis at ``url`` and call ``wake()`` for each message naming one of ``queues``, and
+    once after each (re)subscribe. Runs until ``stopping()`` or cancelled.
+
+    Its connection is named ``leaseq-listen`` (``CLIENT SETNAME``) unless the URL gives a
+    ``client_name``. A dropped connection is logged as a WARNING and opened again with
+    backoff (0.5 s doubling up to 30 s); a user whose ACL refuses the channel gets one
+    WARNING, and a new try every 30 s.
+    """
+    import redis.asyncio
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import NoPermissionError
+
+    from leaseq.backends.redis.keys import Keys
+
+    channel = Keys(prefix).wake  # a bad prefix raises here, once, not on every reconnect
+    wanted = set(queues)
+    pause = 0.5
+    refused = False  # the ACL refused the channel, and we said so
+    while not stopping():
+        # Options in the URL (client_name, timeouts, TLS) win over these defaults.
+        client = redis.asyncio.Redis.from_url(
+            url,
+            client_name=REDIS_CLIENT_NAME,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+            # Bounds the commands of the connect handshake (AUTH, SETNAME), which a frozen
+            # server would otherwise leave waiting; reads of messages set their own.
+            socket_timeout=REDIS_PING_TIMEOUT,
+            decode_responses=True,
+            # redis-py's own reconnect would resubscribe silently, and the wake-up owed
+            # for messages missed meanwhile would never come: a drop must reach us.
+            retry=Retry(NoBackoff(), 0),
+        )
+        try:
+            try:
+                async with client.pubsub() as pubsub:
+                    await _subscribe(pubsub, channel)
+                    pause, refused = 0.5, False
+                    wake()
+                    await _relay(pubsub, wanted, wake, stopping)
+            finally:
+                await client.aclose()
+        except asyncio.CancelledError:
+            raise
+        except NoPermissionError as exc:
+            # An ACL without the channel: nothing a quick retry cures, so say how to fix
+            # it once and look again now and then (the right may be granted later).
+            if not refused:
+                log.warning("the Redis user may not SUBSCRIBE to %s (%s): grant it &%s for "
+                            "push wake-ups; polling only until then", channel, exc, channel)
+            refused = True
+            await asyncio.sleep(30.0)
+        except Exception as exc:
+            log.warning("Redis wake-up subscription lost (%s); polling until it is back",
+                        str(exc) or type(exc).__name__)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
+
+
+async def _subscribe(pubsub: Any, channel: str) -> None:
+    """SUBSCRIBE, and wait for the server's confirmation: a wake-up sent before the
+    subscription is in place could miss a job enqueued in between."""
+    await pubsub.subscribe(channel)
+    deadline = asyncio.get_running_loop().time() + REDIS_PING_TIMEOUT
+    while asyncio.get_running_loop().time() < deadline:
+        message = await pubsub.get_message(timeout=REDIS_TICK)
+        if message is not None and message["type"] == "subscribe":
+            return
+    raise TimeoutError(f"no reply to SUBSCRIBE {channel} in {REDIS_PING_TIMEOUT:g} s")
+
+
+async def _relay(
+    pubsub: Any, wanted: set[str], wake: Callable[[], None], stopping: Callable[[], bool]
+) -> None:
+    """Calls ``wake()`` for each message naming a wanted queue until ``stopping()``.
+
+    A server that vanishes without closing the connection (a failover, a cut network)
+    would leave us waiting for ever while the worker polls; so after ``REDIS_QUIET``
+    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``."""
+    loop = asyncio.get_running_loop()
+    heard = loop.time()
+    pinged: float | None = None
+    while not stopping():
+        message = await pubsub.get_message(timeout=REDIS_TICK)
+        now = loop.time()
+        if message is not None:
+            heard, pinged = now, None
+            data = message["data"]
+            if isinstance(data, bytes):  # decode_responses=False in the URL
+                data = data.decode("utf-8", "replace")
+            if message["type"] == "message" and data in wanted:
+                wake()
+        elif pinged is not None:
+            if now - pinged > REDIS_PING_TIMEOUT:
+                raise TimeoutError(f"no reply to PING in {REDIS_PING_TIMEOUT:g} s")
+        elif now - heard > REDIS_QUIET:
+            await pubsub.ping()
+            pinged = now

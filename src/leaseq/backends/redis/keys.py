@@ -4,7 +4,8 @@ Key names are made only of the validated table prefix (``[a-z0-9_]``) and valida
 names (``[A-Za-z0-9_.-]``), both checked again here; everything a caller gives besides
 (unique keys, kinds, payloads, errors, worker ids) is stored as hash fields and values.
 So no caller input can become a hash tag, a glob pattern or another tenant's key. The
-layout itself is documented at the top of ``scripts/_common.lua``.
+layout itself is documented at the top of ``scripts/_common.lua``, with the one pub/sub
+channel (``P:wake``) whose name is built here too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ _GLOB = re.compile(r"([*?\[\]\\])")
 
 class Keys:
     """Key names under one prefix: ``{P}:...`` for the global keys, ``{P:Q}:...`` for
-    queue ``Q``'s keys (the braces are the Redis Cluster hash tag)."""
+    queue ``Q``'s keys (the braces are the Redis Cluster hash tag); and ``wake``, the
+    wake-up channel ``P:wake`` (messages: a queue name; worker/listen.py subscribes)."""
 
     def __init__(self, prefix: str) -> None:
         if not _PREFIX.fullmatch(prefix):
@@ -33,6 +35,10 @@ class Keys:
         self.ids = f"{{{prefix}}}:ids"
         self.index = f"{{{prefix}}}:index"
         self.queues = f"{{{prefix}}}:queues"
+        # Not a key: the pub/sub channel on which scripts that make jobs due now publish
+        # the queue's name (``wake`` in scripts/_common.lua builds the same name from a
+        # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.
+        self.wake = f"{prefix}:wake"
 
     def queue(self, name: str) -> list[str]:
         """The GROUP of keys of queue ``name``, in script order."""

@@ -27,6 +27,16 @@
 -- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
 -- keys share another (docs/redis.md says what that means for Cluster).
 --
+-- WAKE CHANNEL (pub/sub, not a key): P:wake. A script that puts jobs of queue Q into its
+-- ready set (make_available of a due job, resume) PUBLISHes Q there, once per queue per
+-- call, unless Q is paused; listening workers (worker/listen.py) then claim at once
+-- instead of at their next poll. Delayed jobs publish nothing (the poll finds them), nor
+-- does claim's own promotion of due delayed jobs. keys.py (Keys.wake) builds the same
+-- name; wake() below takes P and Q from the queue's "{P:Q}:job:" key prefix, since
+-- neither may hold ":" or "}". The PUBLISH is a hint: it goes through redis.pcall, so
+-- a user whose ACL denies the channel still has every script work, and is only woken
+-- by polling.
+--
 -- JOB HASH FIELDS: id, queue, kind?, payload (JSON text), priority, max_attempts,
 -- unique_key?, state (available | running | dead | completed | cancelled | discarded;
 -- "scheduled" is available with available_at in the future), attempts, lease_token,
@@ -104,10 +114,28 @@ local function id_of_rank(member)
   return int(tonumber(string.sub(member, -20)))
 end
 
+-- Queues (by their job-key prefix) this call already woke or found paused: a batch of
+-- 1,000 due jobs publishes once per queue, not once per job.
+local WOKEN = {}
+
+-- Tells listening workers that queue q has a job due now (WAKE CHANNEL above). The claim
+-- a message prompts runs only after this script has returned, so where in a script it is
+-- sent does not matter: that claim sees every write of the call.
+local function wake(q)
+  if WOKEN[q.job] then return end
+  WOKEN[q.job] = true
+  if redis.call('EXISTS', q.paused) == 1 then return end  -- claims skip it: no one to wake
+  local prefix, queue = string.match(q.job, '^{([^:}]+):([^:}]+)}:')
+  -- keys.py always builds a matching name; still, a hint must never fail a script that
+  -- has already written.
+  if prefix then redis.pcall('PUBLISH', prefix .. ':wake', queue) end
+end
+
 -- An available job goes to ready when due, else to delayed (claim promotes it later).
 local function make_available(q, id, at, priority, now)
   if tonumber(at) <= now then
     redis.call('ZADD', q.ready, int(-tonumber(priority)), rank(at, id))
+    wake(q)
   else
     redis.call('ZADD', q.delayed, at, id)
   end

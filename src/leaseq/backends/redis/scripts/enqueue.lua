@@ -8,6 +8,7 @@
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
 --   delay (µs from now), run_at (optional, µs since the epoch; wins over delay)
+-- Publishes: each queue that got a job due now, once, on P:wake (_common.lua)
 -- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin)
 
 local now = now_us()

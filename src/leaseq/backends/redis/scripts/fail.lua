@@ -4,6 +4,7 @@
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] error (optional)   ARGV[3] delay (µs)
+-- Publishes: the queue on P:wake when the job is available now (delay 0)
 -- Returns: the new state (available, scheduled, dead, cancelled), or "lost" when the
 -- lease is not held, or "missing" when there is no such job (nothing changed)
 

@@ -3,6 +3,7 @@
 --
 -- KEYS the queue's GROUP (_common.lua)
 -- ARGV[1] limit
+-- Publishes: the queue on P:wake, once, when a job was kicked
 -- Returns: how many jobs were kicked
 
 local q = queue_at(1)

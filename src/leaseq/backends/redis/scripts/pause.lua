@@ -4,13 +4,15 @@
 --
 -- KEYS[1] {P}:queues   KEYS[2..] the queue's GROUP (_common.lua)
 -- ARGV[1] queue name   ARGV[2] "1" to pause, "0" to resume
+-- Publishes: the queue on P:wake when a resume clears the flag (jobs may have become due
+-- meanwhile)
 -- Returns: "ok"
 
 local q = queue_at(2)
 if ARGV[2] == '1' then
   redis.call('SADD', KEYS[1], ARGV[1])
   redis.call('SET', q.paused, '1')
-else
-  redis.call('DEL', q.paused)
+elseif redis.call('DEL', q.paused) == 1 then
+  wake(q)
 end
 return 'ok'

@@ -5,6 +5,7 @@
 --
 -- KEYS: one GROUP of keys per queue (_common.lua)
 -- ARGV[1] limit
+-- Publishes: each queue that got a job back as available, once, on P:wake
 -- Returns: how many jobs were reclaimed
 
 local now = now_us()

@@ -2,6 +2,7 @@
 -- with its attempts kept.
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
+-- Publishes: the queue on P:wake when the job was retried
 -- Returns: "ok"; "missing" when there is no such job; otherwise the job's state, which
 -- does not allow a retry (nothing changed)
 
