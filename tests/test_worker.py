@@ -250,11 +250,11 @@ def enqueue_elsewhere(url: str, prefix: str) -> int:
     return int(json.loads(out.stdout)["id"])
 
 
-def test_postgres_notify_wakes_a_worker_in_another_process(
+def test_a_push_wake_up_wakes_a_worker_in_another_process(
     backend: str, app: leaseq.App, url: str, prefix: str
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    if backend not in ("postgres", "redis"):
+        pytest.skip("push wake-ups are PostgreSQL's LISTEN/NOTIFY and Redis pub/sub")
 
     @app.task(queue="w", name="ping")
     def ping() -> None: ...

@@ -13,6 +13,7 @@ the same functions next to peer systems.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -210,6 +211,10 @@ def _worker_app() -> leaseq.App:
     @application.task(queue=QUEUE, name="noop_sync")
     def noop_sync() -> None:
         return None
+
+    @application.task(queue=QUEUE, name="nap")
+    async def nap(seconds: float = 1.0) -> None:
+        await asyncio.sleep(seconds)
 
     @application.task(queue=QUEUE, name="stamp")
     async def stamp(t: float) -> float:

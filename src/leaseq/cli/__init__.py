@@ -296,7 +296,8 @@ def load_app(target: str) -> leaseq.App:
 @cli.command()
 @click.argument("app_path", metavar="MODULE:APP")
 @click.option("--queues", help="Comma-separated queues (default: those of the app's tasks).")
-@click.option("--concurrency", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1), default=None,
+              help="Jobs run at once [default: 1000 when every task is async def, else 10].")
 @click.option("--lease", type=float, help="Lease seconds for claimed jobs.")
 @click.option("--grace", type=float, default=30.0, show_default=True,
               help="Seconds running jobs get to finish after SIGTERM.")
@@ -307,7 +308,7 @@ def load_app(target: str) -> leaseq.App:
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
-def worker(app_path: str, queues: str | None, concurrency: int, lease: float | None,
+def worker(app_path: str, queues: str | None, concurrency: int | None, lease: float | None,
            grace: float, poll_interval: float, reclaim_interval: float, burst: bool,
            log_level: str, url: str | None) -> None:
     """Run the tasks of MODULE:APP until SIGTERM or SIGINT."""

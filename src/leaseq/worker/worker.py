@@ -3,11 +3,12 @@
 Shape:
 
 * the **fetch loop** (asyncio) leases at most as many jobs as it has free slots, in one
-  claim per batch, then waits: on PostgreSQL until a NOTIFY names one of its queues, in
-  this process until a local enqueue does, and otherwise for an adaptive poll interval
-  that grows while queues stay empty;
+  claim per batch, then waits: until a PostgreSQL NOTIFY or a Redis pub/sub message
+  names one of its queues, in this process until a local enqueue does, and otherwise for
+  an adaptive poll interval that grows while queues stay empty;
 * each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones in a
-  thread pool of ``concurrency`` threads;
+  thread pool of ``concurrency`` threads; a job's slot frees when its handler returns,
+  and its ack joins the completer's next batched write;
 * a **heartbeat thread** with its own client renews every held lease each lease/3, off
   the handlers' threads and loop, so a CPU-bound handler cannot starve it. A lost lease or
   a missed renewal deadline marks the job lost (async handlers are cancelled, sync ones
@@ -48,6 +49,11 @@ from leaseq.worker.context import JobContext, set_current
 
 log = logging.getLogger("leaseq.worker")
 
+ASYNC_CONCURRENCY = 1000
+"""Default cap on running jobs when every task is ``async def``."""
+SYNC_CONCURRENCY = 10
+"""Default cap (and thread count) when some task is a plain function."""
+
 
 class Worker:
     """Runs an ``App``'s tasks from ``queues``.
@@ -55,7 +61,10 @@ class Worker:
     Args:
         app: The app whose tasks this worker runs.
         queues: Queues to take jobs from; default: every queue the app's tasks use.
-        concurrency: Jobs run at once. Defaults to 10.
+        concurrency: Jobs run at once. Defaults to ``ASYNC_CONCURRENCY`` (1,000) when
+            every task of the app is ``async def`` (waiting coroutines cost next to
+            nothing), else ``SYNC_CONCURRENCY`` (10: one thread per running job). Lower it
+            for async handlers that hold scarce resources or burn CPU.
         lease: Lease length in seconds jobs are claimed with (tasks may renew with their
             own). Defaults to the app's setting.
         grace: Seconds running jobs get to finish after a stop signal. Defaults to 30.
@@ -73,7 +82,7 @@ class Worker:
         app: App,
         queues: Sequence[str] | None = None,
         *,
-        concurrency: int = 10,
+        concurrency: int | None = None,
         lease: float | None = None,
         grace: float = 30.0,
         poll_interval: float = 1.0,
@@ -82,6 +91,9 @@ class Worker:
         worker_id: str | None = None,
         burst: bool = False,
     ) -> None:
+        if concurrency is None:
+            every_async = bool(app.tasks) and all(t.is_async for t in app.tasks.values())
+            concurrency = ASYNC_CONCURRENCY if every_async else SYNC_CONCURRENCY
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.app = app
@@ -191,14 +203,20 @@ class Worker:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def _listener(self) -> asyncio.Task[None] | None:
-        """PostgreSQL LISTEN/NOTIFY wake-ups, when the backend has them."""
-        if not self.app.url.startswith(("postgresql://", "postgres://")):
-            return None
-        from leaseq.worker.listen import listen
+        """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY, Redis
+        pub/sub. The poll stays as the safety net for whatever they miss."""
+        from leaseq.worker import listen
 
+        url = self.app.url
+        if url.startswith(("postgresql://", "postgres://")):
+            subscribe = listen.listen
+        elif url.startswith(("redis://", "rediss://")):
+            subscribe = listen.listen_redis
+        else:
+            return None
         return asyncio.create_task(
-            listen(self.app.url, self.app.settings.table_prefix, self.queues,
-                   self._wake_soon, lambda: self.stopping),
+            subscribe(url, self.app.settings.table_prefix, self.queues, self._wake_soon,
+                      lambda: self.stopping),
             name="leaseq-listen",
         )
 
