@@ -293,3 +293,18 @@ def test_a_killed_listen_connection_comes_back_and_polling_covers_the_gap(
         time.sleep(0.3)
         job = enqueue_elsewhere(url, prefix)
         wait_for(lambda: state(app, job, "completed"), timeout=10)
+
+
+def test_default_concurrency_is_wide_for_async_tasks_and_ten_with_plain_ones() -> None:
+    app = leaseq.App("memory://default-concurrency")
+
+    @app.task(queue="a", name="a")
+    async def a() -> None: ...
+
+    @app.task(queue="b", name="b")
+    def b() -> None: ...
+
+    assert leaseq.Worker(app, ["a"]).concurrency == 1000
+    assert leaseq.Worker(app, ["b"]).concurrency == 10
+    assert leaseq.Worker(app).concurrency == 10  # both queues: one task needs a thread each
+    assert leaseq.Worker(app, ["a"], concurrency=3).concurrency == 3

@@ -3,11 +3,13 @@
 Configuration:
 * producer: `Queue.enqueue` (one transaction per job) and `Queue.enqueue_many` in batches of
   1,000 (one statement per batch on PostgreSQL and MySQL, one transaction on SQLite);
-* worker: the CLI, `leaseq worker benchmarks.adapters.leaseq_adapter:app --concurrency 50`
-  per OS process; the task is an `async def` no-op that calls `record` and returns, so it
-  runs on the worker's event loop (plain functions would run in its thread pool); default
-  lease 30 s (renewed every 10 s), acks buffered and flushed in batches; poll interval 0.1 s
-  (PostgreSQL also wakes on LISTEN/NOTIFY);
+* worker: the CLI, `leaseq worker benchmarks.adapters.leaseq_adapter:app` with its default
+  concurrency (1,000 for an app whose tasks are all `async def`) per OS process, as a user
+  who passes no options gets it; the task is an `async def` no-op that calls `record` and
+  returns, so it runs on the worker's event loop (plain functions would run in its thread
+  pool); default lease 30 s (renewed every 10 s), acks buffered and flushed in batches;
+  poll interval 0.1 s
+  (PostgreSQL also wakes on LISTEN/NOTIFY, Redis on pub/sub);
 * storage: a fresh table prefix (or key prefix) per measurement, dropped in teardown.
 """
 
@@ -32,7 +34,6 @@ from benchmarks.adapters.base import (
 
 URL_ENV, PREFIX_ENV = "LQBENCH_LEASEQ_URL", "LQBENCH_LEASEQ_PREFIX"
 QUEUE = "bench"
-CONCURRENCY = 50
 
 # Worker side: `leaseq worker benchmarks.adapters.leaseq_adapter:app`.
 app = leaseq.App(os.environ.get(URL_ENV, "memory://lqbench"),
@@ -45,8 +46,9 @@ async def noop(t: float) -> None:
 
 
 class LeaseqAdapter:
-    config = (f"leaseq {leaseq.__version__}: async no-op task, {CONCURRENCY} concurrent jobs per "
-              "worker process, batched claims/acks, poll 0.1 s (+NOTIFY on PostgreSQL)")
+    config = (f"leaseq {leaseq.__version__}: `leaseq worker` with default options (async no-op "
+              "task: up to 1,000 concurrent jobs per worker process), batched claims/acks, "
+              "poll 0.1 s (+NOTIFY on PostgreSQL, pub/sub on Redis)")
 
     def __init__(self, backend: str, url: str) -> None:
         self.backend = backend
@@ -103,7 +105,7 @@ class LeaseqAdapter:
 
     def _command(self) -> list[str]:
         return [sys.executable, "-m", "leaseq.cli", "worker",
-                "benchmarks.adapters.leaseq_adapter:app", "--concurrency", str(CONCURRENCY),
+                "benchmarks.adapters.leaseq_adapter:app",
                 "--poll-interval", "0.1", "--log-level", "WARNING"]
 
     def _env(self) -> dict[str, str]:

@@ -80,7 +80,7 @@ class Bench:
             self.q.ack_many(jobs)
         self.q.prune(older_than=0)
 
-    def drain(self, n: int, workers: int = 1, concurrency: int = 50, kind: str = "noop",
+    def drain(self, n: int, workers: int = 1, concurrency: int | None = None, kind: str = "noop",
               progress: Progress = _quiet) -> float:
         """Seconds for ``workers`` processes to run ``n`` pre-enqueued jobs."""
         items = [{"queue": QUEUE, "payload": {}, "kind": kind} for _ in range(n)]
@@ -109,7 +109,7 @@ class Bench:
     def pickup_latency(self, rate: float = 200.0, seconds: float = 10.0,
                        progress: Progress = _quiet) -> list[float]:
         """Delays from enqueue to handler start, at a steady ``rate`` jobs/s."""
-        proc = self._worker(concurrency=50, burst=False)
+        proc = self._worker(concurrency=None, burst=False)
         n = int(rate * seconds)
         try:
             self._wait_started([proc])
@@ -136,10 +136,11 @@ class Bench:
         self.clear()
         return sorted(latencies)
 
-    def _worker(self, concurrency: int, burst: bool) -> subprocess.Popen[bytes]:
+    def _worker(self, concurrency: int | None, burst: bool) -> subprocess.Popen[bytes]:
         env = {**os.environ, "LEASEQ_BENCH_URL": self.url, "LEASEQ_BENCH_PREFIX": self.prefix}
         args = [sys.executable, "-m", "leaseq.cli", "worker", "leaseq.bench:app",
-                "--concurrency", str(concurrency), "--poll-interval", "0.05",
+                *(["--concurrency", str(concurrency)] if concurrency else []),
+                "--poll-interval", "0.05",
                 "--log-level", "INFO"]
         return subprocess.Popen([*args, "--burst"] if burst else args, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -176,7 +177,7 @@ def percentile(values: list[float], p: float) -> float:
     return values[rank]
 
 
-def run_all(url: str, jobs: int, workers: int, concurrency: int,
+def run_all(url: str, jobs: int, workers: int, concurrency: int | None,
             progress: Progress = _quiet, seconds: float = 10.0) -> dict[str, Any]:
     """Every workload once; the figures ``leaseq bench`` prints."""
     bench = Bench(url)
@@ -206,10 +207,6 @@ def _worker_app() -> leaseq.App:
 
     @application.task(queue=QUEUE, name="noop")
     async def noop() -> None:
-        return None
-
-    @application.task(queue=QUEUE, name="noop_sync")
-    def noop_sync() -> None:
         return None
 
     @application.task(queue=QUEUE, name="nap")

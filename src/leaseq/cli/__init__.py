@@ -297,7 +297,8 @@ def load_app(target: str) -> leaseq.App:
 @click.argument("app_path", metavar="MODULE:APP")
 @click.option("--queues", help="Comma-separated queues (default: those of the app's tasks).")
 @click.option("--concurrency", type=click.IntRange(1), default=None,
-              help="Jobs run at once [default: 1000 when every task is async def, else 10].")
+              help="Jobs run at once [default: 1000 when every task on the worked queues is "
+                   "async def, else 10].")
 @click.option("--lease", type=float, help="Lease seconds for claimed jobs.")
 @click.option("--grace", type=float, default=30.0, show_default=True,
               help="Seconds running jobs get to finish after SIGTERM.")
@@ -341,12 +342,12 @@ def demo(url: str | None, count: int) -> None:
 @click.option("--jobs", type=click.IntRange(100), default=20_000, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Worker processes for the drain.")
-@click.option("--concurrency", type=click.IntRange(1), default=50, show_default=True,
-              help="Jobs each worker runs at once.")
+@click.option("--concurrency", type=click.IntRange(1), default=None,
+              help="Jobs each worker runs at once [default: the worker's].")
 @click.option("--seconds", type=click.FloatRange(0.5), default=10.0, show_default=True,
               help="How long to measure pickup latency.")
 @as_json
-def bench(url: str, jobs: int, workers: int, concurrency: int, seconds: float,
+def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: float,
           json_out: bool) -> None:
     """Measure enqueue, drain and pickup latency on a database."""
     from rich.progress import Progress
@@ -368,7 +369,8 @@ def bench(url: str, jobs: int, workers: int, concurrency: int, seconds: float,
     table.add_column("result", justify="right")
     table.add_row("enqueue, one at a time", f"{figures['enqueue_single_per_s']:,} jobs/s")
     table.add_row("enqueue_many, batches of 1,000", f"{figures['enqueue_batch_per_s']:,} jobs/s")
-    table.add_row(f"drain {jobs:,} no-op jobs, {workers} worker(s) x {concurrency}",
+    slots = concurrency or "default concurrency"
+    table.add_row(f"drain {jobs:,} no-op jobs, {workers} worker(s) x {slots}",
                   f"{figures['drain_per_s']:,} jobs/s")
     pickup = figures["pickup_ms"]
     table.add_row("pickup latency at 200 jobs/s",

@@ -62,9 +62,9 @@ class Worker:
         app: The app whose tasks this worker runs.
         queues: Queues to take jobs from; default: every queue the app's tasks use.
         concurrency: Jobs run at once. Defaults to ``ASYNC_CONCURRENCY`` (1,000) when
-            every task of the app is ``async def`` (waiting coroutines cost next to
-            nothing), else ``SYNC_CONCURRENCY`` (10: one thread per running job). Lower it
-            for async handlers that hold scarce resources or burn CPU.
+            every task on the worked queues is ``async def`` (waiting coroutines cost next
+            to nothing), else ``SYNC_CONCURRENCY`` (10: one thread per running job). Lower
+            it for async handlers that hold scarce resources or burn CPU.
         lease: Lease length in seconds jobs are claimed with (tasks may renew with their
             own). Defaults to the app's setting.
         grace: Seconds running jobs get to finish after a stop signal. Defaults to 30.
@@ -91,15 +91,16 @@ class Worker:
         worker_id: str | None = None,
         burst: bool = False,
     ) -> None:
-        if concurrency is None:
-            every_async = bool(app.tasks) and all(t.is_async for t in app.tasks.values())
-            concurrency = ASYNC_CONCURRENCY if every_async else SYNC_CONCURRENCY
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.app = app
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
         if not self.queues:
             raise LeaseqError("no queues to work: register tasks or pass queues")
+        if concurrency is None:
+            mine = [t for t in app.tasks.values() if t.defaults.queue in self.queues]
+            every_async = bool(mine) and all(t.is_async for t in mine)
+            concurrency = ASYNC_CONCURRENCY if every_async else SYNC_CONCURRENCY
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.lease = lease or app.settings.lease
         self.grace = grace
