@@ -253,8 +253,8 @@ def enqueue_elsewhere(url: str, prefix: str) -> int:
 def test_a_push_wake_up_wakes_a_worker_in_another_process(
     backend: str, app: leaseq.App, url: str, prefix: str
 ) -> None:
-    if backend not in ("postgres", "redis"):
-        pytest.skip("push wake-ups are PostgreSQL's LISTEN/NOTIFY and Redis pub/sub")
+    if backend not in ("postgres", "redis", "sqlite"):
+        pytest.skip("push wake-ups: PostgreSQL LISTEN/NOTIFY, Redis pub/sub, SQLite's watch")
 
     @app.task(queue="w", name="ping")
     def ping() -> None: ...

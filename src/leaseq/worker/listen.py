@@ -1,11 +1,15 @@
-"""Push wake-ups for the worker: PostgreSQL LISTEN/NOTIFY and Redis pub/sub.
+"""Push wake-ups for the worker: PostgreSQL LISTEN/NOTIFY, Redis pub/sub, and a cheap
+watch for commits to a SQLite file.
 
 PostgreSQL: enqueues send ``pg_notify('<prefix>jobs', queue)`` in the enqueueing
 transaction (queue names only, never payloads; delivered on commit, dropped on rollback).
 Redis: every script that makes jobs due now PUBLISHes the queue's name on ``<prefix>:wake``
 (``backends/redis/scripts/_common.lua``), once per queue per call.
 
-Either listener is a hint, not a correctness mechanism: while it is down the worker's
+SQLite: ``PRAGMA data_version`` on a connection of the watcher's own changes whenever
+another connection commits; it is read every few milliseconds.
+
+Every listener is a hint, not a correctness mechanism: while it is down the worker's
 polling covers the gap, and it reconnects with backoff, waking the worker once on each
 reconnect to catch up on anything sent meanwhile.
 """
@@ -166,3 +170,46 @@ async def _relay(
         elif now - heard > REDIS_QUIET:
             await pubsub.ping()
             pinged = now
+
+
+SQLITE_TICK = 0.002
+"""How often the SQLite watcher asks whether the database file changed."""
+
+
+async def listen_sqlite(
+    url: str,
+    prefix: str,
+    queues: Sequence[str],
+    wake: Callable[[], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """Call ``wake()`` when another connection (any process) commits to the SQLite file.
+
+    SQLite sends no notifications, but ``PRAGMA data_version`` tells whether anyone else
+    committed since the last look; in WAL mode that reads shared memory, a few microseconds,
+    so looking every ``SQLITE_TICK`` costs far less than polling with claims and puts the
+    pickup of a job enqueued by another process within a few milliseconds. It cannot tell
+    which queue changed (``prefix`` and ``queues`` are unused), so a commit anywhere wakes
+    the worker; the claim that follows finds out. Runs until ``stopping()`` or cancelled.
+    """
+    import sqlite3
+
+    from leaseq.backends.sqlite.driver import sqlite_path
+
+    conn = sqlite3.connect(sqlite_path(url), timeout=0, isolation_level=None,
+                           check_same_thread=False)
+    try:
+        last = None
+        while not stopping():
+            try:
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as exc:  # busy or gone for a moment: polling covers it
+                log.debug("SQLite change watch: %s", exc)
+                version = last
+            if version != last:
+                if last is not None:
+                    wake()
+                last = version
+            await asyncio.sleep(SQLITE_TICK)
+    finally:
+        conn.close()

@@ -205,7 +205,7 @@ class Worker:
 
     async def _listener(self) -> asyncio.Task[None] | None:
         """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY, Redis
-        pub/sub. The poll stays as the safety net for whatever they miss."""
+        pub/sub, SQLite's commit counter. The poll stays as the safety net."""
         from leaseq.worker import listen
 
         url = self.app.url
@@ -213,6 +213,8 @@ class Worker:
             subscribe = listen.listen
         elif url.startswith(("redis://", "rediss://")):
             subscribe = listen.listen_redis
+        elif url.startswith("sqlite://"):
+            subscribe = listen.listen_sqlite
         else:
             return None
         return asyncio.create_task(
