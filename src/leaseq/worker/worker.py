@@ -53,6 +53,10 @@ ASYNC_CONCURRENCY = 1000
 """Default cap on running jobs when every task is ``async def``."""
 SYNC_CONCURRENCY = 10
 """Default cap (and thread count) when some task is a plain function."""
+GATHER = 0.002
+"""Seconds the fetch loop waits for more slots to free before claiming for a few..."""
+GATHER_BELOW = 8
+"""...when fewer than this many (and under half) are free while jobs run."""
 
 
 class Worker:
@@ -232,11 +236,19 @@ class Worker:
     async def _fetch_loop(self, aq: AsyncQueue) -> None:
         assert self._wake is not None
         idle = 0.0
+        gathered = False
         while not self.stopping:
             free = self.concurrency - self.running
             if free <= 0 or len(self.inflight) >= self.concurrency + self._completer.max_batch:
                 await self._wait(None)
                 continue
+            if self.running and free < min(self.concurrency / 2, GATHER_BELOW) and not gathered:
+                # Jobs are running and only a few slots are free: give the others a moment
+                # to free theirs, so one claim fills several slots instead of one each.
+                gathered = True
+                await asyncio.sleep(GATHER)
+                continue
+            gathered = False
             try:
                 jobs = await aq.dequeue(self.queues, worker_id=self.worker_id,
                                         lease=self.lease, limit=free)
