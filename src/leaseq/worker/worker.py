@@ -34,7 +34,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from leaseq import _wakeup as wakeup
@@ -133,7 +133,7 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
-        code = asyncio.run(self.run_async(install_signals=True))
+        code = _event_loop_runner()(self.run_async(install_signals=True))
         if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("leaseq-job")):
             # A sync handler ignored shutdown and still runs; its job was given back.
             logging.shutdown()
@@ -487,6 +487,18 @@ class Worker:
                         log.info("pruned %d history rows", pruned)
             except LeaseqError as exc:
                 log.warning("maintenance failed, will retry: %s", exc)
+
+
+def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
+    """uvloop's runner when it is installed (the ``fast`` extra): its loop and transports
+    are written in C and cut the worker's own latency; else asyncio's."""
+    if os.environ.get("LEASEQ_NO_UVLOOP"):
+        return asyncio.run
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
 
 
 def _run_sync(ctx: JobContext, task: Task[Any, Any], payload: dict[str, Any]) -> Any:
