@@ -200,4 +200,22 @@ local function archive(q, key, id, state, result, err, now)
   redis.call('ZADD', q[state], int(now), id)
 end
 
+-- running -> completed, for a job whose lease the caller has just checked: only the
+-- running set can hold it, so the hot path of every ack skips archive()'s search of the
+-- other sets (half the commands per job).
+local function complete_held(q, key, id, result, now)
+  local unique_key = redis.call('HGET', key, 'unique_key')
+  redis.call('ZREM', q.running, id)
+  if unique_key and redis.call('HGET', q.unique, unique_key) == id then
+    redis.call('HDEL', q.unique, unique_key)
+  end
+  redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result', 'error')
+  if result then
+    redis.call('HSET', key, 'state', 'completed', 'finished_at', int(now), 'result', result)
+  else
+    redis.call('HSET', key, 'state', 'completed', 'finished_at', int(now))
+  end
+  redis.call('ZADD', q.completed, int(now), id)
+end
+
 -- ---------------------------------------------------------------------------------------

@@ -11,5 +11,5 @@ local key, q = KEYS[1], queue_at(2)
 local refused = not_held(key, ARGV[1])
 if refused == 'lost' and completed_by(key, ARGV[1]) then return 'ok' end
 if refused then return refused end
-archive(q, key, redis.call('HGET', key, 'id'), 'completed', opt(ARGV[2]), false, now_us())
+complete_held(q, key, redis.call('HGET', key, 'id'), opt(ARGV[2]), now_us())
 return 'ok'

@@ -14,7 +14,7 @@ for i = 1, #ARGV, 4 do
   local key = q.job .. id
   local refused = not_held(key, token)
   if refused == 'lost' and completed_by(key, token) then refused = false
-  elseif not refused then archive(q, key, id, 'completed', opt(ARGV[i + 3]), false, now)
+  elseif not refused then complete_held(q, key, id, opt(ARGV[i + 3]), now)
   end
   out[#out + 1] = refused or 'ok'
 end
