@@ -4,6 +4,8 @@
 * **drain**: jobs/s for ``workers`` worker processes (``leaseq worker --burst``) to run N
   pre-enqueued no-op jobs, timed from the moment the queue is resumed (the workers start
   against a paused queue, so process start-up is not measured) to the last completion;
+* **naps**: seconds for one worker to run 1,000 ``async`` jobs that each sleep 1 s (with
+  the default concurrency they all run at once);
 * **pickup latency**: one worker; a producer enqueues at a steady rate; each job records
   ``time.time()`` at enqueue and its handler returns the delay to its own start.
 
@@ -27,6 +29,7 @@ from typing import Any
 import leaseq
 
 QUEUE = "bench"
+NAPS = 1000  # async jobs that each await asyncio.sleep(1): concurrency, not throughput
 Progress = Callable[[str, int, int], None]
 
 
@@ -138,7 +141,7 @@ class Bench:
 
     def _worker(self, concurrency: int | None, burst: bool) -> subprocess.Popen[bytes]:
         env = {**os.environ, "LEASEQ_BENCH_URL": self.url, "LEASEQ_BENCH_PREFIX": self.prefix}
-        args = [sys.executable, "-m", "leaseq.cli", "worker", "leaseq.bench:app",
+        args = [sys.executable, "-m", "leaseq.cli", "worker", "leaseq.bench:app", "--queues", QUEUE,
                 *(["--concurrency", str(concurrency)] if concurrency else []),
                 "--poll-interval", "0.05",
                 "--log-level", "INFO"]
@@ -185,6 +188,7 @@ def run_all(url: str, jobs: int, workers: int, concurrency: int | None,
         single = bench.enqueue_single(min(jobs, 2000), progress)
         batch = bench.enqueue_batch(jobs, progress=progress)
         drain = bench.drain(jobs, workers, concurrency, progress=progress)
+        naps = bench.drain(NAPS, 1, concurrency, kind="nap", progress=progress)
         latency = bench.pickup_latency(seconds=seconds, progress=progress)
     finally:
         bench.close()
@@ -196,6 +200,7 @@ def run_all(url: str, jobs: int, workers: int, concurrency: int | None,
         "enqueue_single_per_s": round(min(jobs, 2000) / single),
         "enqueue_batch_per_s": round(jobs / batch),
         "drain_per_s": round(jobs / drain),
+        "naps_seconds": round(naps, 2),
         "pickup_ms": {f"p{p}": round(percentile(latency, p) * 1000, 2) for p in (50, 95, 99)},
     }
 

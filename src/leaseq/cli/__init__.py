@@ -372,6 +372,8 @@ def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: f
     slots = concurrency or "default concurrency"
     table.add_row(f"drain {jobs:,} no-op jobs, {workers} worker(s) x {slots}",
                   f"{figures['drain_per_s']:,} jobs/s")
+    table.add_row(f"1,000 async jobs of asyncio.sleep(1), 1 worker x {slots}",
+                  f"{figures['naps_seconds']} s")
     pickup = figures["pickup_ms"]
     table.add_row("pickup latency at 200 jobs/s",
                   f"p50 {pickup['p50']} ms, p95 {pickup['p95']} ms, p99 {pickup['p99']} ms")
