@@ -75,9 +75,8 @@ class PostgresOps(SqlOps):
     def complete_many(
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> Plan[list[bool]]:
-        params = {"ids": [i for i, _, _ in items], "tokens": [t for _, t, _ in items],
-                  "results": [r for _, _, r in items]}
-        r = yield Stmt("complete_many", params)
+        rows = ",".join(f"[{i},{t},{'null' if r is None else r}]" for i, t, r in items)
+        r = yield Stmt("complete_many", {"items": f"[{rows}]"})
         completed = {row[0] for row in r.rows}
         done = [job_id in completed for job_id, _, _ in items]
         already = yield from self.already_done(items, done)

@@ -228,10 +228,13 @@ ORDER BY id LIMIT :limit;
 
 -- name: complete_many
 -- Per-job fencing in one statement: only rows still running under the presented token are
--- archived and removed; the ids returned are the jobs completed.
+-- archived and removed; the ids returned are the jobs completed. The batch comes as one
+-- JSON array of [id, token, result] with each result embedded as the JSON text leaseq
+-- encoded (null: none), which is cheaper to send than three arrays.
 WITH input AS (
-    SELECT * FROM unnest(:ids::bigint[], :tokens::bigint[], :results::text[])
-        AS i(id, token, result)
+    SELECT (e->>0)::bigint AS id, (e->>1)::bigint AS token,
+           NULLIF((e->2)::text, 'null') AS result
+    FROM json_array_elements(:items::json) AS e
 ), done AS (
     DELETE FROM {prefix}jobs AS j USING input AS i
     WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
