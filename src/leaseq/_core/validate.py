@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -89,8 +90,20 @@ def encode(value: Any, cap: int, what: str = "payload") -> str:
     return text
 
 
+_DECODER = json.JSONDecoder()
+
+
 def decode(text: str | bytes | None) -> Any:
-    return None if text is None else json.loads(text)
+    if text is None:
+        return None
+    if isinstance(text, str):
+        # What leaseq stored is compact JSON: skip json.loads' two whitespace scans. Any
+        # other text goes the long way, which also raises the proper error.
+        with contextlib.suppress(ValueError):
+            value, end = _DECODER.raw_decode(text)
+            if end == len(text):
+                return value
+    return json.loads(text)
 
 
 def integer(name: str, value: object, low: int, high: int = INT32[1]) -> int:
