@@ -12,8 +12,9 @@ stale holder changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timezone
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from leaseq._core.job import (
@@ -30,7 +31,7 @@ from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
 from leaseq.backends.base import NewJob
 from leaseq.errors import BackendError, JobNotFound, JobStateError, LeaseLost
 
-# Column order of every query that returns a leased job (claim_ids, jobs_by_ids, ...).
+# Column order of every query that returns a leased job (claim, claim_candidates, ...).
 JOB_COLUMNS = (
     "id, queue, kind, payload, priority, attempts, max_attempts, unique_key, "
     "lease_token, lease_until, worker_id, created_at, available_at"
@@ -45,10 +46,50 @@ class Dialect:
     package: str
     paramstyle: str
     returning: bool = True  # UPDATE ... RETURNING
+    # One branch of a UNION ALL that has its own ORDER BY and LIMIT.
+    branch = "({})"
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.q = load_queries(self.package, prefix, self.paramstyle)
+
+    def each(
+        self, name: str, branches: Sequence[Mapping[str, Any]], shared: Mapping[str, Any]
+    ) -> Stmt:
+        """Statement ``name`` run once per mapping in ``branches``, as one ``UNION ALL``
+        (one round trip, whatever the number of branches).
+
+        Branch ``i`` binds each of its own parameters ``key`` as ``key_i``; ``shared``
+        parameters are bound once for all. The text is built once per number of branches
+        and kept with the dialect's queries.
+        """
+        if len(branches) == 1:
+            return Stmt(name, {**shared, **branches[0]})
+        keys = sorted(branches[0])
+        union = f"{name}__{len(branches)}__{'_'.join(keys)}"
+        if union not in self.q:
+            names = "|".join(map(re.escape, keys))
+            if self.paramstyle == "pyformat":
+                mark, place = re.compile(rf"%\(({names})\)s"), r"%(\g<1>_{})s"
+            else:
+                mark, place = re.compile(rf":({names})(?!\w)"), r":\g<1>_{}"
+            self.q[union] = "\nUNION ALL\n".join(
+                self.branch.format(mark.sub(place.format(i), self.q[name]))
+                for i in range(len(branches))
+            )
+        params = dict(shared)
+        for i, branch in enumerate(branches):
+            params.update({f"{key}_{i}": value for key, value in branch.items()})
+        return Stmt(union, params)
+
+    def pairs(self, pairs: Sequence[tuple[int, int]]) -> Any:
+        """A list-of-``(id, lease_token)`` parameter for a row-value ``IN``."""
+        return list(pairs)
+
+    def later(self, now: Any, seconds: float) -> Any:
+        """``now`` as read from the database, plus ``seconds``, exactly as the database
+        would add them (a claim stores and returns this value)."""
+        return now + timedelta(seconds=seconds)
 
     def span(self, seconds: float) -> Any:
         """A duration parameter."""
@@ -136,20 +177,44 @@ class SqlOps:
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float, limit: int
     ) -> Plan[list[Job]]:
-        paused = {name for (name,) in (yield Stmt("paused_queues")).rows}
-        candidates: list[tuple[Any, ...]] = []
-        for queue in (q for q in queues if q not in paused):
-            r = yield Stmt("claim_candidates", {"queue": queue, "limit": limit})
-            candidates += r.rows
-        if not candidates:
+        """One locking read of every queue's candidates (paused queues excluded in SQL)
+        that also returns the job columns and the database's clock, then one ``UPDATE``
+        of the chosen ids (MySQL first reads where to start, see ``claim_branches``). The
+        jobs are built from the rows read, so MySQL needs no re-read for want of
+        ``UPDATE ... RETURNING``."""
+        names = list(dict.fromkeys(queues))  # a repeated queue would return its rows twice
+        if not names:
+            return []
+        branches = yield from self.claim_branches(names)
+        if not branches:
+            return []
+        r = yield self.d.each("claim_candidates", branches, {"limit": limit})
+        if not r.rows:
             return []
         # Each queue's candidates come in index order; merge them into the global order.
-        candidates.sort(key=lambda c: (-c[1], c[2], c[0]))
-        ids = self.d.ids([c[0] for c in candidates[:limit]])
-        params = {"ids": ids, "lease": self.d.span(lease), "worker_id": worker_id}
+        rows = sorted(r.rows, key=lambda c: (-c[4], c[12], c[0]))[:limit]
+        now = rows[0][13]
+        until = self.d.later(now, lease)
+        ids = self.d.ids([c[0] for c in rows])
+        params = {"ids": ids, "worker_id": worker_id, "until": until, "now": now}
         r = yield Stmt("claim_ids", params)
-        rows = r.rows if self.d.returning else (yield Stmt("jobs_by_ids", {"ids": ids})).rows
-        return self.jobs(rows, lease)
+        if r.rowcount != len(rows):
+            # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
+            # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this
+            # claim really leased, as stored.
+            r = yield Stmt("jobs_by_ids", params)
+            tokens = {c[0]: c[8] + 1 for c in rows}
+            return self.jobs([j for j in r.rows if tokens.get(j[0]) == j[8]], lease)
+        # What claim_ids just wrote, from values read under the same lock.
+        leased = [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12])
+                  for c in rows]
+        return self.jobs(leased, lease)
+
+    def claim_branches(self, queues: Sequence[str]) -> Plan[list[dict[str, Any]]]:
+        """The parameters of each queue's branch of ``claim_candidates``; no branch, no
+        locking read."""
+        return [{"queue": queue} for queue in queues]
+        yield  # unreachable: makes this a plan that runs no statement
 
     def jobs(self, rows: list[tuple[Any, ...]], lease: float) -> list[Job]:
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
@@ -219,22 +284,38 @@ class SqlOps:
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> Plan[list[bool]]:
         """Completes each ``(id, token, result)`` still held under its token; True per
-        job completed, False per lease lost. One transaction, a few statements."""
-        ids = self.d.ids([job_id for job_id, _, _ in items])
-        held = dict((yield Stmt("held_many", {"ids": ids})).rows)
-        done = [held.get(job_id) == token for job_id, token, _ in items]
-        already = yield from self.already_done(items, done)
-        plain = [i for (i, _, res), ok in zip(items, done, strict=True) if ok and res is None]
+        job completed (or completed before by the same lease), False per lease lost.
+
+        One transaction: a fenced ``INSERT ... SELECT`` into history (locking the rows on
+        MySQL) for the jobs without a result, one per job with a result, then one fenced
+        ``DELETE``. Only when fewer rows moved than were presented does a last read of
+        history tell which items are done."""
+        first: dict[tuple[int, int], str | None] = {}
+        for job_id, token, res in items:
+            first.setdefault((job_id, token), res)
+        plain = [pair for pair, res in first.items() if res is None]
+        moved = 0
         if plain:
-            yield Stmt("archive_completed_many", {"ids": self.d.ids(plain)})
-        for (job_id, _, res), ok in zip(items, done, strict=True):
-            if ok and res is not None:
-                params = {"id": job_id, "state": "completed", "result": res, "error": None}
-                yield Stmt("archive", params)
-        finished = [job_id for (job_id, _, _), ok in zip(items, done, strict=True) if ok]
-        if finished:
-            yield Stmt("delete_many", {"ids": self.d.ids(finished)})
-        return [ok or again for ok, again in zip(done, already, strict=True)]
+            params = {"ids": self.d.ids([i for i, _ in plain]), "pairs": self.d.pairs(plain)}
+            moved += (yield Stmt("archive_held_many", params)).rowcount
+        for (job_id, token), res in first.items():
+            if res is not None:
+                params = {"id": job_id, "token": token, "result": res}
+                moved += (yield Stmt("archive_held", params)).rowcount
+        if moved:
+            pairs = list(first)
+            params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
+            deleted = (yield Stmt("delete_held_many", params)).rowcount
+            if deleted != moved:
+                # The archived rows are locked (or the database is), so both statements
+                # match the same rows; anything else must not commit.
+                raise BackendError(
+                    f"ack_many archived {moved} jobs but removed {deleted}; rolled back"
+                )
+        if moved == len(first):
+            return [True] * len(items)
+        done = yield from self.completed_by([job_id for job_id, _ in first])
+        return [done.get(job_id) == token for job_id, token, _ in items]
 
     def already_done(
         self, items: Sequence[tuple[int, int, str | None]], done: Sequence[bool]
@@ -251,19 +332,31 @@ class SqlOps:
         self, items: Sequence[tuple[int, int, float]]
     ) -> Plan[list[tuple[datetime, bool] | None]]:
         """Extends each ``(id, token, extend)`` still held; per job ``(lease_until,
-        cancel_requested)`` or None when the lease is lost."""
-        out: list[tuple[datetime, bool] | None] = []
+        cancel_requested)`` or None when the lease is lost.
+
+        One fenced ``UPDATE`` per distinct ``extend`` (a worker renews with one), returning
+        the leases where the dialect can; otherwise one read of the renewed rows, which
+        this transaction now holds, so they are exactly the rows it updated."""
+        groups: dict[float, list[tuple[int, int]]] = {}
         for job_id, token, extend in items:
-            params = {"id": job_id, "token": token, "extend": self.d.span(extend)}
-            r = yield Stmt("renew", params)
-            if not r.rowcount:
-                out.append(None)
-                continue
-            if not self.d.returning:
-                r = yield Stmt("lease_of", {"id": job_id})
-            until, cancel_requested = r.rows[0]
-            out.append((self.d.dt(until), bool(cancel_requested)))  # type: ignore[arg-type]
-        return out
+            groups.setdefault(extend, []).append((job_id, token))
+        rows: list[tuple[Any, ...]] = []
+        renewed = 0
+        for extend, pairs in groups.items():
+            params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs),
+                      "extend": self.d.span(extend)}
+            r = yield Stmt("renew_held_many", params)
+            rows += r.rows
+            renewed += r.rowcount
+        if renewed and not self.d.returning:
+            pairs = [(job_id, token) for job_id, token, _ in items]
+            params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
+            rows = (yield Stmt("leases_held", params)).rows
+        leases: dict[tuple[int, int], tuple[datetime, bool]] = {
+            (int(job_id), int(token)): (self.d.dt(until), bool(cancel))  # type: ignore[misc]
+            for job_id, token, until, cancel in rows
+        }
+        return [leases.get((job_id, token)) for job_id, token, _ in items]
 
     def archive(
         self, job_id: int, state: JobState, *, result: str | None, error: str | None

@@ -30,6 +30,8 @@ class SqliteDialect(Dialect):
     name = "sqlite"
     package = PACKAGE
     paramstyle = "named"
+    # A compound SELECT takes ORDER BY/LIMIT only at its end: each branch is a subquery.
+    branch = "SELECT * FROM ({})"
 
     def ts(self, value: datetime | None) -> Any:
         return None if value is None else value.timestamp()
@@ -39,6 +41,12 @@ class SqliteDialect(Dialect):
 
     def ids(self, ids: Sequence[int]) -> Any:
         return json.dumps(list(ids))
+
+    def pairs(self, pairs: Sequence[tuple[int, int]]) -> Any:
+        return json.dumps([list(pair) for pair in pairs])
+
+    def later(self, now: Any, seconds: float) -> Any:
+        return now + seconds  # REAL + REAL: the same IEEE addition SQLite would make
 
 
 class SqliteRunner(PooledSyncRunner[sqlite3.Connection]):

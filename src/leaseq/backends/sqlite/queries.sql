@@ -22,26 +22,34 @@ RETURNING id;
 SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 
 -- name: claim_candidates
-SELECT id, priority, available_at FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
+-- One queue's share of a claim (several queues: one UNION ALL of these, one branch each):
+-- the job columns (lease_until and worker_id are about to be overwritten, so NULL) and the
+-- clock, from which claim_ids sets the lease. A paused queue yields nothing.
+SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
+       lease_token, NULL, NULL, created_at, available_at,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
+  AND NOT EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue AND paused = 1)
 ORDER BY priority DESC, available_at, id
 LIMIT :limit;
 
 -- name: claim_ids
+-- :until is :now (read by claim_candidates) plus the lease, added in Python as SQLite would
+-- add them, so the claim returns the lease it stores without RETURNING.
 UPDATE {prefix}jobs
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    worker_id = :worker_id,
-    lease_until = (julianday('now') - 2440587.5) * 86400.0 + :lease,
-    started_at = COALESCE(started_at, (julianday('now') - 2440587.5) * 86400.0)
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available'
-RETURNING id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-          lease_token, lease_until, worker_id, created_at, available_at;
+    worker_id = :worker_id, lease_until = :until, started_at = COALESCE(started_at, :now)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 
 -- name: jobs_by_ids
+-- The claim's fallback, should claim_ids ever update other rows than it read.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, lease_until, worker_id, created_at, available_at
-FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+FROM {prefix}jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
+  AND worker_id = :worker_id AND lease_until = :until;
 
 -- name: renew
 UPDATE {prefix}jobs SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :extend
@@ -202,20 +210,47 @@ FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
 
--- name: held_many
-SELECT id, lease_token FROM {prefix}jobs
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running';
-
--- name: archive_completed_many
+-- name: archive_held_many
+-- ack_many: history rows for the jobs still held under the presented tokens (:pairs is a
+-- JSON array of [id, lease_token]).
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
-       unique_key, worker_id, created_at, started_at, (julianday('now') - 2440587.5) * 86400.0, lease_token
-FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+       unique_key, worker_id, created_at, started_at,
+       (julianday('now') - 2440587.5) * 86400.0, lease_token
+FROM {prefix}jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:pairs))
+  AND state = 'running';
 
--- name: delete_many
-DELETE FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+-- name: archive_held
+-- archive_held_many for one job that has a result.
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at, lease_token)
+SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
+       max_attempts, unique_key, worker_id, created_at, started_at,
+       (julianday('now') - 2440587.5) * 86400.0, lease_token
+FROM {prefix}jobs
+WHERE id = :id AND lease_token = :token AND state = 'running';
+
+-- name: delete_held_many
+-- The same fence as the archive statements: exactly the rows they copied.
+DELETE FROM {prefix}jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:pairs))
+  AND state = 'running';
+
+-- name: renew_held_many
+UPDATE {prefix}jobs SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :extend
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:pairs))
+  AND state = 'running'
+RETURNING id, lease_token, lease_until, cancel_requested;
 
 -- name: drop_history
 DROP TABLE IF EXISTS {prefix}history;
