@@ -53,6 +53,8 @@ ASYNC_CONCURRENCY = 1000
 """Default cap on running jobs when every task is ``async def``."""
 SYNC_CONCURRENCY = 10
 """Default cap (and thread count) when some task is a plain function."""
+IDLE_FLOOR = 0.002
+"""First wait after a claim came back empty; it doubles up to ``poll_interval``."""
 GATHER = 0.002
 """Seconds the fetch loop waits for more slots to free before claiming for a few..."""
 GATHER_BELOW = 8
@@ -122,7 +124,8 @@ class Worker:
         self.failed = 0
         self.stopping = False
         self._signals = 0
-        self._wake: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None  # work may be waiting: claim now
+        self._freed: asyncio.Event | None = None  # a slot (or room for acks) came free
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._beats_stop = threading.Event()
@@ -150,6 +153,7 @@ class Worker:
         """Run inside an existing event loop until stopped; returns the exit code."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._freed = asyncio.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="leaseq-job"
         )
@@ -200,8 +204,9 @@ class Worker:
 
     def _request_stop(self) -> None:
         self.stopping = True
-        if self._wake is not None:
+        if self._wake is not None and self._freed is not None:
             self._wake.set()
+            self._freed.set()
 
     def _on_local_enqueue(self, queues: Sequence[str]) -> None:
         if self._loop is not None and self._wake is not None and set(queues) & set(self.queues):
@@ -240,7 +245,7 @@ class Worker:
         while not self.stopping:
             free = self.concurrency - self.running
             if free <= 0 or len(self.inflight) >= self.concurrency + self._completer.max_batch:
-                await self._wait(None)
+                await self._wait(None, self._freed)
                 continue
             if self.running and free < min(self.concurrency / 2, GATHER_BELOW) and not gathered:
                 # Jobs are running and only a few slots are free: give the others a moment
@@ -267,14 +272,17 @@ class Worker:
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
             # fleet of idle workers does not poll in step.
-            idle = min(self.poll_interval, max(0.01, idle * 2))
+            idle = min(self.poll_interval, max(IDLE_FLOOR, idle * 2))
             await self._wait(idle * random.uniform(0.8, 1.2))
 
-    async def _wait(self, timeout: float | None) -> None:
-        assert self._wake is not None
+    async def _wait(self, timeout: float | None, event: asyncio.Event | None = None) -> None:
+        """Waits for ``event`` (default: a wake-up) or ``timeout``. Idle waits do not end
+        when a slot frees: that would cut the poll back-off short once per finished job."""
+        event = event or self._wake
+        assert event is not None
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        self._wake.clear()
+            await asyncio.wait_for(event.wait(), timeout)
+        event.clear()
 
     def _start(self, aq: AsyncQueue, job: Job, claimed_at: float) -> None:
         task = self.app.tasks.get(job.kind or "")
@@ -289,13 +297,13 @@ class Worker:
     def _done(self, job_id: int) -> None:
         """The job's outcome is written (or given up on): it no longer counts as held."""
         self.inflight.pop(job_id, None)
-        if self._wake is not None:
-            self._wake.set()  # below the cap on jobs awaiting their ack
+        if self._freed is not None:
+            self._freed.set()  # below the cap on jobs awaiting their ack
 
     def _slot_freed(self) -> None:
         self.running -= 1
-        if self._wake is not None:
-            self._wake.set()
+        if self._freed is not None:
+            self._freed.set()
 
     async def _run(self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None) -> None:
         handed_off = False
