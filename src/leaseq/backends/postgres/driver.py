@@ -100,17 +100,18 @@ class PostgresOps(SqlOps):
 
 
 def json_rows(jobs: Sequence[NewJob]) -> str:
-    """The batch as the JSON array ``insert_jobs`` reads. Payloads are JSON text already
-    and go in as they are; queue and kind names repeat across a batch, so each is escaped
-    once."""
+    """The batch as the JSON ``insert_jobs`` reads. Payloads are JSON text already and go
+    in as they are; queue and kind names repeat across a batch, so each is escaped once."""
     names: dict[str | None, str] = {None: "null"}
     parts = []
     for job in jobs:
         queue = names.get(job.queue) or names.setdefault(job.queue, json.dumps(job.queue))
         kind = names.get(job.kind) or names.setdefault(job.kind, json.dumps(job.kind))
-        run_at = "null" if job.run_at is None else f'"{job.run_at.isoformat()}"'
-        parts.append(f"[{queue},{kind},{job.payload},{job.priority},{job.max_attempts},"
-                     f"{run_at},{job.delay!r}]")
+        when = f',"ra":"{job.run_at.isoformat()}"' if job.run_at is not None else ""
+        if job.delay:
+            when += f',"d":{job.delay!r}'
+        parts.append(f'{{"q":{queue},"k":{kind},"p":{job.payload},"pr":{job.priority},'
+                     f'"ma":{job.max_attempts}{when}}}')
     return f"[{','.join(parts)}]"
 
 
