@@ -30,7 +30,7 @@ class EnqueueResult:
     created: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job leased by ``dequeue``. Present it (with its ``lease_token``) to ``heartbeat``,
     ``ack``, ``nack``, ``release`` or ``bury``.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -99,10 +98,12 @@ def decode(text: str | bytes | None) -> Any:
     if isinstance(text, str):
         # What leaseq stored is compact JSON: skip json.loads' two whitespace scans. Any
         # other text goes the long way, which also raises the proper error.
-        with contextlib.suppress(ValueError):
+        try:
             value, end = _DECODER.raw_decode(text)
-            if end == len(text):
-                return value
+        except ValueError:
+            return json.loads(text)
+        if end == len(text):
+            return value
     return json.loads(text)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """One validated enqueue request. ``payload`` is already JSON text."""
 

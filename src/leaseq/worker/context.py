@@ -13,7 +13,7 @@ _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class JobContext:
     """The job a handler is running and the worker's view of its lease.
 
