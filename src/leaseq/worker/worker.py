@@ -4,8 +4,9 @@ Shape:
 
 * the **fetch loop** (asyncio) leases at most as many jobs as it has free slots, in one
   claim per batch, then waits: until a PostgreSQL NOTIFY or a Redis pub/sub message
-  names one of its queues, in this process until a local enqueue does, and otherwise for
-  an adaptive poll interval that grows while queues stay empty;
+  names one of its queues or another connection commits to the SQLite file, in this
+  process until a local enqueue does, and otherwise for an adaptive poll interval that
+  grows while queues stay empty;
 * each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones in a
   thread pool of ``concurrency`` threads; a job's slot frees when its handler returns,
   and its ack joins the completer's next batched write;
