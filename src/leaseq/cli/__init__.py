@@ -6,6 +6,7 @@ usage, 3 the database is unreachable or refused us, 4 no such job, 130 interrupt
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -15,12 +16,9 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
 
 import leaseq
 from leaseq.backends._sql.plan import load_migrations
@@ -33,7 +31,26 @@ DIALECTS = {
 }
 DEFAULT_URL = "sqlite:///leaseq.db"
 STATES = ("scheduled", "available", "running", "dead", "completed", "cancelled", "discarded")
-console = Console()
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+# rich is imported by the commands that draw, not at start-up: `leaseq worker` never
+# draws, and the import is a tenth of the time before a worker takes its first job.
+@functools.cache
+def console() -> Console:
+    """The terminal the commands draw on."""
+    from rich.console import Console
+
+    return Console()
+
+
+def new_table(**kwargs: Any) -> Table:
+    from rich.table import Table
+
+    return Table(**kwargs)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,7 +153,7 @@ def enqueue(queue: str, payload: str, kind: str | None, priority: int, delay: fl
 
 
 def stats_table(stats: dict[str, leaseq.QueueStats]) -> Table:
-    table = Table(title="leaseq queues")
+    table = new_table(title="leaseq queues")
     columns = ("available", "scheduled", "running", "dead", "completed", "cancelled", "discarded")
     table.add_column("queue")
     for column in columns:
@@ -159,12 +176,14 @@ def stats(watch: float | None, url: str, table_prefix: str, json_out: bool) -> N
         if json_out:
             emit([s.as_dict() for s in q.stats().values()])
         elif watch:
-            with Live(stats_table(q.stats()), console=console, auto_refresh=False) as live:
+            from rich.live import Live
+
+            with Live(stats_table(q.stats()), console=console(), auto_refresh=False) as live:
                 while True:
                     time.sleep(watch)
                     live.update(stats_table(q.stats()), refresh=True)
         else:
-            console.print(stats_table(q.stats()))
+            console().print(stats_table(q.stats()))
 
 
 def info_dict(j: leaseq.JobInfo) -> dict[str, Any]:
@@ -186,14 +205,14 @@ def jobs(queue: str | None, state: str | None, limit: int, after: int, url: str,
     if json_out:
         emit([info_dict(j) for j in found])
         return
-    table = Table()
+    table = new_table()
     for column in ("id", "queue", "kind", "state", "attempts", "error"):
         table.add_column(column)
     for j in found:
         error = (j.error or "").strip().splitlines()[-1:] or [""]
         table.add_row(str(j.id), j.queue, j.kind or "", j.state,
                       f"{j.attempts}/{j.max_attempts}", error[0][:60])
-    console.print(table)
+    console().print(table)
     if len(found) == limit:
         click.echo(f"more: --after {found[-1].id}")
 
@@ -221,7 +240,7 @@ def get(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
 @database
 def kick(queue: str, limit: int, url: str, table_prefix: str) -> None:
     """Make up to LIMIT dead jobs of QUEUE available again."""
-    with connect(url, table_prefix) as q, console.status(f"kicking dead jobs of {queue}"):
+    with connect(url, table_prefix) as q, console().status(f"kicking dead jobs of {queue}"):
         n = q.kick(queue, limit=limit)
     click.echo(f"{n} jobs kicked")
 
@@ -271,7 +290,7 @@ queue_verb("resume", "Let workers take jobs of a paused QUEUE again.")
 @database
 def prune(older_than: float, url: str, table_prefix: str) -> None:
     """Delete finished jobs from history."""
-    with connect(url, table_prefix) as q, console.status("pruning history"):
+    with connect(url, table_prefix) as q, console().status("pruning history"):
         n = q.prune(older_than=older_than)
     click.echo(f"{n} history rows pruned")
 
@@ -333,7 +352,7 @@ def demo(url: str | None, count: int) -> None:
     """Run a worker over a few hundred demo jobs and show where each ended."""
     from leaseq.cli.demo import run
 
-    run(url, count, console)
+    run(url, count, console())
 
 
 @cli.command()
@@ -350,6 +369,7 @@ def demo(url: str | None, count: int) -> None:
 def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: float,
           json_out: bool) -> None:
     """Measure enqueue, drain and pickup latency on a database."""
+    from rich.console import Console
     from rich.progress import Progress
 
     from leaseq.bench import run_all
@@ -364,7 +384,7 @@ def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: f
     if json_out:
         emit(figures)
         return
-    table = Table(title=f"leaseq bench on {figures['url']}")
+    table = new_table(title=f"leaseq bench on {figures['url']}")
     table.add_column("workload")
     table.add_column("result", justify="right")
     table.add_row("enqueue, one at a time", f"{figures['enqueue_single_per_s']:,} jobs/s")
@@ -377,7 +397,7 @@ def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: f
     pickup = figures["pickup_ms"]
     table.add_row("pickup latency at 200 jobs/s",
                   f"p50 {pickup['p50']} ms, p95 {pickup['p95']} ms, p99 {pickup['p99']} ms")
-    console.print(table)
+    console().print(table)
 
 
 def main() -> None:
