@@ -34,9 +34,6 @@ from leaseq.errors import InvalidArgument, JobCancelled, LeaseLost
 _ENQUEUE_KEYS = frozenset(
     {"queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts"}
 )
-# Items naming only these take a shorter path in enqueue_many: the other fields keep their
-# defaults, so there is nothing else to check.
-_PLAIN_KEYS = frozenset({"queue", "payload", "kind"})
 
 
 def default_worker_id() -> str:
@@ -86,8 +83,6 @@ class _Shared:
         )
 
     def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:
-        attempts = self.settings.max_attempts
-        plain_ok = 1 <= attempts <= 1_000_000  # else _new_job says what is wrong
         jobs = []
         for n, item in enumerate(items):
             # type() first: isinstance against the Mapping ABC costs more than the rest.
@@ -96,14 +91,6 @@ class _Shared:
                     f"enqueue_many item {n} must be a mapping with at least 'queue', got "
                     f"{item!r:.80}"
                 )
-            if plain_ok and item.keys() <= _PLAIN_KEYS:
-                jobs.append(NewJob(
-                    queue=v.queue_name(item["queue"]),
-                    payload=v.encode(item.get("payload"), self.settings.max_payload_bytes),
-                    kind=v.optional_text("kind", item.get("kind"), v.MAX_KIND),
-                    max_attempts=attempts,
-                ))
-                continue
             if not item.keys() <= _ENQUEUE_KEYS:
                 unknown = sorted(set(item) - _ENQUEUE_KEYS)
                 raise InvalidArgument(f"enqueue_many item {n} has unknown keys {unknown}")
@@ -235,7 +222,7 @@ class Queue(_Shared):
 
     @property
     def backend(self) -> str:
-        """The backend's name: memory, sqlite, postgres or mysql."""
+        """The backend's name: memory, sqlite, postgres, mysql or redis."""
         return self._backend.name
 
     def migrate(self) -> None:
@@ -458,7 +445,7 @@ class AsyncQueue(_Shared):
 
     @property
     def backend(self) -> str:
-        """The backend's name: memory, sqlite, postgres or mysql."""
+        """The backend's name: memory, sqlite, postgres, mysql or redis."""
         return self._backend.name
 
     async def migrate(self) -> None:

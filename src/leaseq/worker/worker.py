@@ -169,7 +169,7 @@ class Worker:
         unsubscribe = wakeup.subscribe(wakeup.key(self.app.url, self.app.settings.table_prefix),
                                        self._on_local_enqueue)
         helpers = [asyncio.create_task(self._maintenance(aq), name="leaseq-maintenance")]
-        listener = await self._listener()
+        listener = self._listener(aq.backend)
         if listener is not None:
             helpers.append(listener)
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
@@ -213,23 +213,18 @@ class Worker:
         if self._loop is not None and self._wake is not None and set(queues) & set(self.queues):
             self._loop.call_soon_threadsafe(self._wake.set)
 
-    async def _listener(self) -> asyncio.Task[None] | None:
+    def _listener(self, backend: str) -> asyncio.Task[None] | None:
         """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY, Redis
         pub/sub, SQLite's commit counter. The poll stays as the safety net."""
         from leaseq.worker import listen
 
-        url = self.app.url
-        if url.startswith(("postgresql://", "postgres://")):
-            subscribe = listen.listen
-        elif url.startswith(("redis://", "rediss://")):
-            subscribe = listen.listen_redis
-        elif url.startswith("sqlite://"):
-            subscribe = listen.listen_sqlite
-        else:
+        subscribe = {"postgres": listen.listen, "redis": listen.listen_redis,
+                     "sqlite": listen.listen_sqlite}.get(backend)
+        if subscribe is None:
             return None
         return asyncio.create_task(
-            subscribe(url, self.app.settings.table_prefix, self.queues, self._wake_soon,
-                      lambda: self.stopping),
+            subscribe(self.app.url, self.app.settings.table_prefix, self.queues,
+                      self._wake_soon, lambda: self.stopping),
             name="leaseq-listen",
         )
 
