@@ -214,10 +214,6 @@ def _worker_app() -> leaseq.App:
     async def noop() -> None:
         return None
 
-    @application.task(queue="bench-sync", name="noop_sync")
-    def noop_sync() -> None:
-        return None
-
     @application.task(queue=QUEUE, name="nap")
     async def nap(seconds: float = 1.0) -> None:
         await asyncio.sleep(seconds)
