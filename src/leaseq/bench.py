@@ -206,7 +206,8 @@ def run_all(url: str, jobs: int, workers: int, concurrency: int | None,
 
 
 def _worker_app() -> leaseq.App:
-    """The app ``leaseq.bench:app`` that bench workers run: a no-op and a latency stamp."""
+    """The app ``leaseq.bench:app`` that bench workers run: a no-op, a nap and a latency
+    stamp, all ``async def``."""
     application = leaseq.App(os.environ.get("LEASEQ_BENCH_URL", "memory://bench"),
                              table_prefix=os.environ.get("LEASEQ_BENCH_PREFIX", "leaseq_"))
 
