@@ -234,3 +234,49 @@ def race_batches(
         q.close()
 
     _report_errors(f"batch-racer-{index} (seed {seed})", results, body)
+
+
+# -- (e) racing producers against max_jobs and the unique_for window ----------------------
+
+
+def race_capped(
+    url: str, prefix: str, index: int, queue: str, rounds: int, barrier: Sync, results: Sync,
+) -> None:
+    """Each round: wait for all racers, then try one enqueue (odd racers a batch of two)
+    and report ``("capped", index, created_ids, full)``."""
+
+    def body() -> None:
+        q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None, pool_size=1)
+        q.stats()
+        for _ in range(rounds):
+            barrier.wait(timeout=60)
+            try:
+                if index % 2:
+                    done = q.enqueue_many([{"queue": queue}, {"queue": queue}])
+                else:
+                    done = [q.enqueue(queue)]
+                results.put(("capped", index, [r.id for r in done], False))
+            except leaseq.QueueFull:
+                results.put(("capped", index, [], True))
+        q.close()
+
+    _report_errors(f"capped-{index}", results, body)
+
+
+def race_unique_for(
+    url: str, prefix: str, index: int, queue: str, keys: list[str], barrier: Sync,
+    results: Sync,
+) -> None:
+    """For each key: wait for all racers, then enqueue it with a 60 s ``unique_for`` window
+    and report ``("windowed", index, key, id, created)``."""
+
+    def body() -> None:
+        q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None, pool_size=1)
+        q.stats()
+        for key in keys:
+            barrier.wait(timeout=60)
+            r = q.enqueue(queue, {"by": index}, unique_key=key, unique_for=60)
+            results.put(("windowed", index, key, r.id, r.created))
+        q.close()
+
+    _report_errors(f"windowed-{index}", results, body)

@@ -72,7 +72,8 @@ def test_postgres_claim_uses_the_claim_index(loaded: tuple[str, str, str]) -> No
 
     _, url, prefix = loaded
     sql = PostgresDialect(prefix).q["claim"]
-    params = {"queues": ["q0", "q1"], "limit": 10, "lease": 30.0, "worker_id": "w"}
+    params = {"queues": ["q0", "q1"], "limit": 10, "lease": None, "default_lease": 30.0,
+              "worker_id": "w"}
     with psycopg.connect(url) as conn:
         conn.execute(f"ANALYZE {prefix}jobs")
         plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]  # type: ignore[index]
@@ -169,7 +170,8 @@ def test_mysql_batched_acks_and_renewals_find_rows_by_primary_key(
             pairs = tuple(cur.fetchall())
     finally:
         conn.close()
-    params = {"ids": tuple(i for i, _ in pairs), "pairs": pairs, "extend": 30_000_000}
+    params = {"ids": tuple(i for i, _ in pairs), "pairs": pairs,
+              "until": datetime(2030, 1, 1), "now": datetime(2029, 1, 1)}
     names = ["archive_held_many", "delete_held_many", "renew_held_many", "leases_held"]
     for name, plan in zip(names, mysql_plans(url, prefix, [(n, params) for n in names]),
                           strict=True):

@@ -5,12 +5,21 @@ The public API is exactly the names in ``__all__``.
 
 from leaseq._client import AsyncQueue, Queue, connect, connect_async
 from leaseq._core.backoff import Backoff
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.job import (
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    QueueConfig,
+    QueueStats,
+    ServerStats,
+)
 from leaseq._core.settings import Settings
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
     BackendUnavailable,
+    ClientClosed,
     ConfigurationError,
     InvalidArgument,
     InvalidQueueName,
@@ -21,7 +30,9 @@ from leaseq.errors import (
     LeaseqError,
     PayloadNotSerializable,
     PayloadTooLarge,
+    QueueFull,
     SchemaMissing,
+    TouchLimitExceeded,
     ValidationError,
 )
 from leaseq.outcomes import Bury, Discard, Retry
@@ -39,6 +50,7 @@ __all__ = [
     "Backoff",
     "BoundTask",
     "Bury",
+    "ClientClosed",
     "ConfigurationError",
     "Discard",
     "EnqueueResult",
@@ -56,11 +68,15 @@ __all__ = [
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "Queue",
+    "QueueConfig",
+    "QueueFull",
     "QueueStats",
     "Retry",
     "SchemaMissing",
+    "ServerStats",
     "Settings",
     "Task",
+    "TouchLimitExceeded",
     "ValidationError",
     "Worker",
     "connect",

@@ -1,13 +1,13 @@
 """``Queue`` and ``AsyncQueue``: the clients. Same method names, same arguments.
 
-All checking and encoding happens in ``_Shared`` (no I/O), so the two clients differ only
-in ``await``; ``tests/test_public_api.py`` holds their signatures equal.
+All checking and encoding happens in ``_shared.Shared`` (no I/O), so the two clients
+differ only in ``await``; ``tests/test_public_api.py`` holds their signatures equal.
 """
 
 from __future__ import annotations
 
-import os
-import socket
+import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,216 +18,46 @@ from leaseq import _wakeup
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import (
-    LIVE_STATES,
-    TERMINAL_STATES,
+    QUEUE_SETTINGS,
     EnqueueResult,
     Job,
     JobInfo,
     JobState,
+    QueueConfig,
     QueueStats,
+    ServerStats,
 )
 from leaseq._core.settings import Settings
+from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
-from leaseq.backends.base import AsyncBackend, Backend, NewJob
-from leaseq.errors import InvalidArgument, JobCancelled, LeaseLost
-
-_ENQUEUE_KEYS = frozenset(
-    {"queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts"}
-)
+from leaseq.backends.base import AsyncBackend, Backend
+from leaseq.errors import JobCancelled, LeaseLost, TouchLimitExceeded
 
 
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class _Shared:
-    """Validation, encoding and defaults shared by both clients."""
-
-    def __init__(self, url: str, settings: Settings) -> None:
-        self.url = url
-        self.settings = settings
-        self._wake_key = _wakeup.key(url, settings.table_prefix)
-        self._last_reclaim = float("-inf")
-        self._reclaim_lock = threading.Lock()
-
-    def _new_job(
-        self,
-        queue: str,
-        payload: Any = None,
-        *,
-        kind: str | None = None,
-        priority: int = 0,
-        delay: float | timedelta = 0,
-        run_at: datetime | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-    ) -> NewJob:
-        if isinstance(delay, timedelta):
-            delay = delay.total_seconds()
-        if run_at is not None and delay:
-            raise InvalidArgument("give delay or run_at, not both")
-        return NewJob(
-            queue=v.queue_name(queue),
-            payload=v.encode(payload, self.settings.max_payload_bytes),
-            kind=v.optional_text("kind", kind, v.MAX_KIND),
-            priority=v.integer("priority", priority, v.INT32[0]),
-            delay=v.seconds("delay", delay),
-            run_at=None if run_at is None else v.aware_utc("run_at", run_at),
-            unique_key=v.optional_text("unique_key", unique_key, v.MAX_UNIQUE_KEY),
-            max_attempts=v.integer(
-                "max_attempts",
-                self.settings.max_attempts if max_attempts is None else max_attempts,
-                1,
-                1_000_000,
-            ),
-        )
-
-    def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:
-        jobs = []
-        for n, item in enumerate(items):
-            # type() first: isinstance against the Mapping ABC costs more than the rest.
-            if not (type(item) is dict or isinstance(item, Mapping)) or "queue" not in item:
-                raise InvalidArgument(
-                    f"enqueue_many item {n} must be a mapping with at least 'queue', got "
-                    f"{item!r:.80}"
-                )
-            if not item.keys() <= _ENQUEUE_KEYS:
-                unknown = sorted(set(item) - _ENQUEUE_KEYS)
-                raise InvalidArgument(f"enqueue_many item {n} has unknown keys {unknown}")
-            jobs.append(self._new_job(**item))
-        return jobs
-
-    def _claim_args(
-        self, queues: str | Sequence[str], worker_id: str | None, lease: float | None, limit: int
-    ) -> tuple[list[str], str, float, int]:
-        return (
-            v.queue_names(queues),
-            v.optional_text("worker_id", worker_id, v.MAX_WORKER_ID) or default_worker_id(),
-            v.seconds("lease", self.settings.lease if lease is None else lease, positive=True),
-            v.integer("limit", limit, 1, 10_000),
-        )
-
-    def _reclaim_due(self) -> bool:
-        """True at most once per ``reclaim_interval``: dequeue then reclaims inline."""
-        interval = self.settings.reclaim_interval
-        if interval is None:
-            return False
-        with self._reclaim_lock:
-            now = time.monotonic()
-            if now - self._last_reclaim < interval:
-                return False
-            self._last_reclaim = now
-            return True
-
-    @staticmethod
-    def _held(job: object) -> tuple[int, int]:
-        if not isinstance(job, Job):
-            raise InvalidArgument(f"expected a leaseq.Job from dequeue, got {type(job).__name__}")
-        return job.id, job.lease_token
-
-    def _retry_delay(
-        self, job: Job, delay: float | timedelta | None, backoff: Backoff | None
-    ) -> float:
-        if delay is None:
-            return (backoff or self.settings.backoff).delay(job.attempts)
-        if isinstance(delay, timedelta):
-            delay = delay.total_seconds()
-        return v.seconds("delay", delay)
-
-    @staticmethod
-    def _error(error: object) -> str | None:
-        if isinstance(error, BaseException):
-            error = f"{type(error).__name__}: {error}"
-        return v.error_text(error)
-
-    def _result(self, result: object) -> str | None:
-        if result is None:
-            return None
-        return v.encode(result, self.settings.max_payload_bytes, "result")
-
-    @staticmethod
-    def _limit(limit: object) -> int:
-        return v.integer("limit", limit, 1, 10**9)
-
-    @staticmethod
-    def _job_id(job_id: object) -> int:
-        return v.integer("job_id", job_id, 1, 2**63 - 1)
-
-    def _batch_items(
-        self, jobs: Iterable[Job | tuple[Job, Any]]
-    ) -> list[tuple[int, int, str | None]]:
-        items = []
-        for entry in jobs:
-            job, result = entry if isinstance(entry, tuple) else (entry, None)
-            items.append((*self._held(job), self._result(result)))
-        return items
-
-    def _renewals(self, jobs: Iterable[Job], extend: float | None
-                  ) -> tuple[list[Job], list[tuple[int, int, float]]]:
-        held = list(jobs)
-        items = []
-        for job in held:
-            job_id, token = self._held(job)
-            seconds = v.seconds("extend", job.lease if extend is None else extend, positive=True)
-            items.append((job_id, token, seconds))
-        return held, items
-
-    @staticmethod
-    def _lease_states(
-        jobs: list[Job], raw: list[tuple[datetime, bool] | None]
-    ) -> list[datetime | LeaseLost | JobCancelled]:
-        out: list[datetime | LeaseLost | JobCancelled] = []
-        for job, status in zip(jobs, raw, strict=True):
-            if status is None:
-                out.append(LeaseLost(f"lease {job.lease_token} on job {job.id} is no longer valid"))
-            elif status[1]:
-                out.append(JobCancelled(f"job {job.id} was cancelled"))
-            else:
-                out.append(status[0])
-        return out
-
-    @staticmethod
-    def _listing(
-        queue: str | None, state: object, limit: object, after: object
-    ) -> tuple[str | None, JobState | None, int, int]:
-        if state is not None and state not in (*LIVE_STATES, *TERMINAL_STATES):
-            raise InvalidArgument(
-                f"state must be one of {', '.join((*LIVE_STATES, *TERMINAL_STATES))}, "
-                f"got {state!r}"
-            )
-        return (
-            None if queue is None else v.queue_name(queue),
-            state,
-            v.integer("limit", limit, 1, 10_000),
-            v.integer("after", after, 0, 2**63 - 1),
-        )
-
-    @staticmethod
-    def _age(older_than: timedelta | float) -> float:
-        if isinstance(older_than, timedelta):
-            older_than = older_than.total_seconds()
-        return v.seconds("older_than", older_than)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.url.split('@')[-1]!r}>"
-
-
-class Queue(_Shared):
+class Queue(Shared):
     """A thread-safe client of one leaseq database. Create it with ``leaseq.connect``."""
 
     def __init__(self, url: str, settings: Settings | None = None) -> None:
         settings = settings or Settings()
         super().__init__(url, settings)
         self._backend: Backend = create_backend(url, settings, use_async=False)
+        self._configs_lock = threading.Lock()
 
     @property
     def backend(self) -> str:
         """The backend's name: memory, sqlite, postgres, mysql or redis."""
         return self._backend.name
 
+    def _fresh_configs(self) -> None:
+        if self._configs_stale():
+            with self._configs_lock:
+                if self._configs_stale():
+                    self._store_configs(self._backend.queue_configs())
+
     def migrate(self) -> None:
         """Create or upgrade leaseq's tables. Idempotent; safe when processes race."""
         self._backend.migrate()
+        self._forget_configs()
 
     def enqueue(
         self,
@@ -240,6 +70,8 @@ class Queue(_Shared):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        lease: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
         conn: Any = None,
     ) -> EnqueueResult:
         """Add a job.
@@ -254,16 +86,27 @@ class Queue(_Shared):
             run_at: An aware datetime to run at instead of ``delay``.
             unique_key: At most one live job per ``(queue, unique_key)``; a duplicate
                 returns the existing job's id with ``created=False``.
-            max_attempts: Attempts before the job goes dead. Defaults to the setting (5).
+            max_attempts: Attempts before the job goes dead. Defaults to the queue's
+                ``max_attempts`` setting, else the client's (5).
+            lease: The job's own lease in seconds, used when it is dequeued without an
+                explicit ``lease`` (capped by the queue's ``max_lease``).
+            unique_for: With ``unique_key``: for this many seconds after a job with the
+                same key finished (completed, cancelled or discarded), return that job's
+                id with ``created=False`` instead of enqueueing again.
             conn: Your own DB-API connection (psycopg, PyMySQL or sqlite3): the job is
                 written in your transaction and exists only if you commit.
 
         Returns:
             The job's id and whether this call created it.
+
+        Raises:
+            QueueFull: The queue holds its ``max_jobs`` live jobs; nothing was written.
         """
+        self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
-                            run_at=run_at, unique_key=unique_key, max_attempts=max_attempts)
-        result = self._backend.enqueue([job], conn)[0]
+                            run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
+                            lease=lease, unique_for=unique_for)
+        result = self._backend.enqueue([job], conn, self._capped_in([job]))[0]
         _wakeup.notify(self._wake_key, [job.queue])
         return result
 
@@ -271,11 +114,13 @@ class Queue(_Shared):
         self, items: Iterable[Mapping[str, Any]], *, conn: Any = None
     ) -> list[EnqueueResult]:
         """Add many jobs in one transaction. Each item holds ``enqueue``'s arguments
-        (``queue`` required). All are checked first: one bad item writes nothing."""
+        (``queue`` required). All are checked first: one bad item, or one queue over its
+        ``max_jobs``, writes nothing."""
+        self._fresh_configs()
         jobs = self._new_jobs(items)
         if not jobs:
             return []
-        results = self._backend.enqueue(jobs, conn)
+        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 
@@ -286,25 +131,70 @@ class Queue(_Shared):
         worker_id: str | None = None,
         lease: float | None = None,
         limit: int = 1,
+        wait: float | timedelta = 0,
     ) -> list[Job]:
         """Lease up to ``limit`` due jobs from ``queues``: higher priority first, then
         earlier ``available_at``, then lower id. Each gets a fresh ``lease_token`` and
         counts an attempt. Also reclaims expired leases, at most once per
-        ``reclaim_interval``."""
-        names, worker, lease_s, n = self._claim_args(queues, worker_id, lease, limit)
+        ``reclaim_interval``.
+
+        Args:
+            lease: Seconds each job is leased for. Defaults to the job's own lease, else
+                its queue's ``default_lease``, else the client's ``Settings.lease``;
+                always capped by the queue's ``max_lease``.
+            wait: With nothing due, block up to this many seconds for a job to become
+                due (enqueued, or a scheduled one coming due) and return it; ``[]`` when
+                the time runs out. 0 (the default) returns at once. ``close()`` from
+                another thread ends the wait with ``ClientClosed``.
+        """
+        names, worker, lease_s, n, wait_s = self._claim_args(queues, worker_id, lease, limit,
+                                                              wait)
         if self._reclaim_due():
             self._backend.reclaim(1000)
-        return self._backend.claim(names, worker, lease_s, n)
+        jobs = self._backend.claim(names, worker, lease_s, n, self.settings.lease)
+        if jobs or wait_s <= 0:
+            return jobs
+        return self._wait_for_jobs(names, worker, lease_s, n, time.monotonic() + wait_s)
+
+    def _wait_for_jobs(
+        self, names: list[str], worker: str, lease: float | None, n: int, deadline: float
+    ) -> list[Job]:
+        woken = threading.Event()
+        wanted = set(names)
+
+        def wake(queues: Sequence[str]) -> None:
+            if wanted.intersection(queues):
+                woken.set()
+
+        unsubscribe = _wakeup.subscribe(self._wake_key, wake)
+        self._waiting.add(woken)
+        pause = POLL_FIRST
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                woken.wait(min(pause, left))
+                woken.clear()
+                jobs = self._backend.claim(names, worker, lease, n, self.settings.lease)
+                if jobs:
+                    return jobs
+                pause = min(pause * 2, POLL_CAP)
+            return []
+        finally:
+            self._waiting.discard(woken)
+            unsubscribe()
 
     def heartbeat(self, job: Job, *, extend: float | None = None) -> datetime:
-        """Extend the lease by ``extend`` seconds (default: the job's lease) from now.
+        """Extend the lease by ``extend`` seconds (default: the job's lease) from now,
+        within the queue's ``max_lease`` and touch limits.
 
         Returns:
-            The new ``lease_until``.
+            The new ``lease_until`` (unchanged when the queue's ``min_touch_interval``
+            has not passed since the previous extension).
 
         Raises:
             LeaseLost: The lease is stale; nothing changed.
             JobCancelled: The job was cancelled; stop and ``release`` or ``nack`` it.
+            TouchLimitExceeded: The queue's ``max_touches`` or ``max_touch_duration``
+                refused the extension; the lease will run out.
         """
         job_id, token = self._held(job)
         seconds = v.seconds("extend", job.lease if extend is None else extend, positive=True)
@@ -329,10 +219,10 @@ class Queue(_Shared):
 
     def heartbeat_many(
         self, jobs: Iterable[Job], *, extend: float | None = None
-    ) -> list[datetime | LeaseLost | JobCancelled]:
+    ) -> list[datetime | LeaseLost | JobCancelled | TouchLimitExceeded]:
         """``heartbeat`` for many jobs in one transaction. Per job: the new
-        ``lease_until``, or the ``LeaseLost``/``JobCancelled`` it would have raised
-        (returned, not raised)."""
+        ``lease_until``, or the ``LeaseLost``/``JobCancelled``/``TouchLimitExceeded`` it
+        would have raised (returned, not raised)."""
         held, items = self._renewals(jobs, extend)
         return self._lease_states(held, self._backend.renew_many(items)) if items else []
 
@@ -345,21 +235,39 @@ class Queue(_Shared):
         backoff: Backoff | None = None,
     ) -> JobState:
         """Record a failed attempt. Retries after ``delay`` seconds, or after the
-        ``backoff`` (default: the setting's) for this attempt; goes dead when attempts are
-        used up. Returns the job's new state."""
+        ``backoff`` for this attempt (default: the queue's backoff settings, else the
+        client's); goes dead when attempts are used up. Returns the job's new state."""
+        self._fresh_configs()
         job_id, token = self._held(job)
         return self._backend.fail(job_id, token, self._error(error),
                                   self._retry_delay(job, delay, backoff))
 
-    def release(self, job: Job, *, delay: float | timedelta = 0) -> JobState:
-        """Give the job back without counting a failure (the attempt is returned too)."""
-        job_id, token = self._held(job)
-        return self._backend.release(job_id, token, self._retry_delay(job, delay, None))
+    def nack_many(
+        self, items: Iterable[Job | tuple[Job, object]], *, backoff: Backoff | None = None
+    ) -> list[bool]:
+        """``nack`` for many held jobs in one transaction: each a ``Job`` or a
+        ``(job, error)`` pair, retried after its backoff or dead when its attempts are
+        used up. Fenced per job: True where the failure was recorded, False where the
+        lease was lost (that job is left unchanged)."""
+        self._fresh_configs()
+        failures = self._failures(items, backoff)
+        states = self._backend.fail_many(failures) if failures else []
+        return [state is not None for state in states]
 
-    def bury(self, job: Job, *, reason: str | None = None) -> None:
-        """Move the held job to the dead state, for a human to look at."""
+    def release(
+        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None
+    ) -> JobState:
+        """Give the job back without counting a failure (the attempt is returned too),
+        optionally with a new ``priority``."""
         job_id, token = self._held(job)
-        self._backend.bury(job_id, token, v.error_text(reason))
+        return self._backend.release(job_id, token, self._retry_delay(job, delay, None),
+                                     self._priority(priority))
+
+    def bury(self, job: Job, *, reason: str | None = None, priority: int | None = None) -> None:
+        """Move the held job to the dead state, for a human to look at, optionally with a
+        new ``priority`` (kept when it is kicked)."""
+        job_id, token = self._held(job)
+        self._backend.bury(job_id, token, v.error_text(reason), self._priority(priority))
 
     def kick(self, queue: str, *, limit: int = 100) -> int:
         """Make up to ``limit`` dead jobs of ``queue`` available again, oldest first, each
@@ -381,13 +289,25 @@ class Queue(_Shared):
         return self._backend.cancel(self._job_id(job_id))
 
     def get(self, job_id: int) -> JobInfo:
-        """The job with its state, live or in history. Raises ``JobNotFound``."""
+        """The job with its state, counters and times, live or in history. Raises
+        ``JobNotFound``."""
         return self._backend.get(self._job_id(job_id))
+
+    def peek(self, queue: str, state: str = "available", limit: int = 10) -> list[JobInfo]:
+        """Look without claiming: ``available``, the jobs a dequeue would take next, in
+        claim order; ``scheduled``, the jobs not yet due, soonest first; ``dead``, the
+        dead jobs, newest first."""
+        return self._backend.peek(*self._peeking(queue, state, limit))
 
     def stats(self) -> dict[str, QueueStats]:
         """Counts per queue: available, scheduled, running, dead, completed, cancelled,
-        discarded (and ``failed``)."""
+        discarded (and ``failed``), whether it is paused, and the age of its oldest due
+        job."""
         return self._backend.stats()
+
+    def server_stats(self) -> ServerStats:
+        """Totals over every queue, with the backend's name and its server's version."""
+        return self._totals(self._backend.stats(), self.backend, self._backend.server_version())
 
     def jobs(
         self,
@@ -400,6 +320,47 @@ class Queue(_Shared):
         """List jobs, live and historical, in id order: those with id > ``after``,
         optionally of one queue and one state. Page with ``after=<last id seen>``."""
         return self._backend.list_jobs(*self._listing(queue, state, limit, after))
+
+    def configure_queue(
+        self,
+        name: str,
+        *,
+        max_attempts: int | Keep | None = KEEP,
+        base_backoff: float | timedelta | Keep | None = KEEP,
+        max_backoff: float | timedelta | Keep | None = KEEP,
+        jitter: float | Keep | None = KEEP,
+        default_lease: float | timedelta | Keep | None = KEEP,
+        max_lease: float | timedelta | Keep | None = KEEP,
+        max_jobs: int | Keep | None = KEEP,
+        max_touches: int | Keep | None = KEEP,
+        max_touch_duration: float | timedelta | Keep | None = KEEP,
+        min_touch_interval: float | timedelta | Keep | None = KEEP,
+        dead_retention: float | timedelta | Keep | None = KEEP,
+    ) -> QueueConfig:
+        """Store settings of queue ``name`` in the database, for every client and worker
+        (see ``QueueConfig`` for each). Only the arguments given change; None resets one
+        to its default. Other clients apply the change within ``CONFIG_TTL`` (2 s) for
+        enqueue defaults, backoff and ``max_jobs``; leases and touch limits are read by
+        the database at each claim and heartbeat. Returns the settings as stored."""
+        given = dict(locals())
+        queue = v.queue_name(given.pop("name"))
+        changes = self._setting_changes(self._backend_config(queue),
+                                        {k: given[k] for k in QUEUE_SETTINGS})
+        config = self._backend.configure_queue(queue, changes)
+        self._forget_configs()
+        return config
+
+    def _backend_config(self, queue: str) -> QueueConfig:
+        return self._backend.queue_configs().get(queue) or QueueConfig(queue)
+
+    def queue_config(self, name: str) -> QueueConfig:
+        """The stored settings of queue ``name`` (all None when it has none), read now."""
+        return self._backend_config(v.queue_name(name))
+
+    def queue_configs(self) -> dict[str, QueueConfig]:
+        """The stored settings of every queue that has any (or was ever paused), read
+        now."""
+        return self._backend.queue_configs()
 
     def pause(self, queue: str) -> None:
         """Stop handing out jobs of ``queue`` (to every worker and ``dequeue``) until
@@ -416,7 +377,8 @@ class Queue(_Shared):
 
     def reclaim(self, *, limit: int = 1000) -> int:
         """Return up to ``limit`` jobs whose lease expired to the queue (or to dead when
-        their attempts are used up). Returns how many."""
+        their attempts are used up), and discard dead jobs older than their queue's
+        ``dead_retention``. Returns how many jobs moved."""
         return self._backend.reclaim(self._limit(limit))
 
     def prune(self, *, older_than: timedelta | float) -> int:
@@ -424,8 +386,15 @@ class Queue(_Shared):
         return self._backend.prune(self._age(older_than))
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._backend.close()
+        """Close the connection pool. Every later call raises ``ClientClosed``, and a
+        blocking ``dequeue`` waiting in another thread ends with it."""
+        if self._closed:
+            return
+        backend, self._closed = self._backend, True
+        self._backend = Closed(backend.name)
+        for waiter in list(self._waiting):
+            waiter.set()
+        backend.close()
 
     def __enter__(self) -> Queue:
         return self
@@ -434,7 +403,7 @@ class Queue(_Shared):
         self.close()
 
 
-class AsyncQueue(_Shared):
+class AsyncQueue(Shared):
     """The asyncio client: ``Queue``'s methods, awaited. Create it with
     ``leaseq.connect_async``."""
 
@@ -442,15 +411,21 @@ class AsyncQueue(_Shared):
         settings = settings or Settings()
         super().__init__(url, settings)
         self._backend: AsyncBackend = create_backend(url, settings, use_async=True)
+        self._wakers: set[asyncio.Event] = set()
 
     @property
     def backend(self) -> str:
         """The backend's name: memory, sqlite, postgres, mysql or redis."""
         return self._backend.name
 
+    async def _fresh_configs(self) -> None:
+        if self._configs_stale():
+            self._store_configs(await self._backend.queue_configs())
+
     async def migrate(self) -> None:
         """See ``Queue.migrate``."""
         await self._backend.migrate()
+        self._forget_configs()
 
     async def enqueue(
         self,
@@ -463,12 +438,16 @@ class AsyncQueue(_Shared):
         run_at: datetime | None = None,
         unique_key: str | None = None,
         max_attempts: int | None = None,
+        lease: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
         conn: Any = None,
     ) -> EnqueueResult:
         """See ``Queue.enqueue``."""
+        await self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
-                            run_at=run_at, unique_key=unique_key, max_attempts=max_attempts)
-        result = (await self._backend.enqueue([job], conn))[0]
+                            run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
+                            lease=lease, unique_for=unique_for)
+        result = (await self._backend.enqueue([job], conn, self._capped_in([job])))[0]
         _wakeup.notify(self._wake_key, [job.queue])
         return result
 
@@ -476,10 +455,11 @@ class AsyncQueue(_Shared):
         self, items: Iterable[Mapping[str, Any]], *, conn: Any = None
     ) -> list[EnqueueResult]:
         """See ``Queue.enqueue_many``."""
+        await self._fresh_configs()
         jobs = self._new_jobs(items)
         if not jobs:
             return []
-        results = await self._backend.enqueue(jobs, conn)
+        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 
@@ -490,12 +470,67 @@ class AsyncQueue(_Shared):
         worker_id: str | None = None,
         lease: float | None = None,
         limit: int = 1,
+        wait: float | timedelta = 0,
     ) -> list[Job]:
-        """See ``Queue.dequeue``."""
-        names, worker, lease_s, n = self._claim_args(queues, worker_id, lease, limit)
+        """See ``Queue.dequeue``. A blocking dequeue is cancel-safe: cancelled while it
+        waits, it has claimed nothing; cancelled during a claim, it gives back what the
+        claim leased before re-raising."""
+        names, worker, lease_s, n, wait_s = self._claim_args(queues, worker_id, lease, limit,
+                                                              wait)
         if self._reclaim_due():
             await self._backend.reclaim(1000)
-        return await self._backend.claim(names, worker, lease_s, n)
+        if wait_s <= 0:
+            return await self._backend.claim(names, worker, lease_s, n, self.settings.lease)
+        return await self._wait_for_jobs(names, worker, lease_s, n, time.monotonic() + wait_s)
+
+    async def _wait_for_jobs(
+        self, names: list[str], worker: str, lease: float | None, n: int, deadline: float
+    ) -> list[Job]:
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        wanted = set(names)
+
+        def wake(queues: Sequence[str]) -> None:
+            if wanted.intersection(queues):
+                loop.call_soon_threadsafe(woken.set)
+
+        unsubscribe = _wakeup.subscribe(self._wake_key, wake)
+        self._wakers.add(woken)
+        pause = POLL_FIRST
+        try:
+            while True:
+                jobs = await self._claim_or_give_back(names, worker, lease, n)
+                left = deadline - time.monotonic()
+                if jobs or left <= 0:
+                    return jobs
+                try:
+                    await asyncio.wait_for(woken.wait(), min(pause, left))
+                except asyncio.TimeoutError:
+                    pause = min(pause * 2, POLL_CAP)
+                woken.clear()
+        finally:
+            self._wakers.discard(woken)
+            unsubscribe()
+
+    async def _claim_or_give_back(
+        self, names: list[str], worker: str, lease: float | None, n: int
+    ) -> list[Job]:
+        """A claim that, when the caller is cancelled while it runs, lets it finish and
+        releases what it leased (attempts given back), so a cancelled wait strands
+        nothing until its lease runs out."""
+        claim = asyncio.ensure_future(
+            self._backend.claim(names, worker, lease, n, self.settings.lease))
+        try:
+            return await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            try:
+                jobs = await claim
+            except Exception:
+                raise asyncio.CancelledError() from None
+            for job in jobs:
+                with contextlib.suppress(LeaseLost):
+                    await self._backend.release(job.id, job.lease_token, 0.0, None)
+            raise
 
     async def heartbeat(self, job: Job, *, extend: float | None = None) -> datetime:
         """See ``Queue.heartbeat``."""
@@ -516,7 +551,7 @@ class AsyncQueue(_Shared):
 
     async def heartbeat_many(
         self, jobs: Iterable[Job], *, extend: float | None = None
-    ) -> list[datetime | LeaseLost | JobCancelled]:
+    ) -> list[datetime | LeaseLost | JobCancelled | TouchLimitExceeded]:
         """See ``Queue.heartbeat_many``."""
         held, items = self._renewals(jobs, extend)
         return self._lease_states(held, await self._backend.renew_many(items)) if items else []
@@ -530,19 +565,34 @@ class AsyncQueue(_Shared):
         backoff: Backoff | None = None,
     ) -> JobState:
         """See ``Queue.nack``."""
+        await self._fresh_configs()
         job_id, token = self._held(job)
         return await self._backend.fail(job_id, token, self._error(error),
                                         self._retry_delay(job, delay, backoff))
 
-    async def release(self, job: Job, *, delay: float | timedelta = 0) -> JobState:
+    async def nack_many(
+        self, items: Iterable[Job | tuple[Job, object]], *, backoff: Backoff | None = None
+    ) -> list[bool]:
+        """See ``Queue.nack_many``."""
+        await self._fresh_configs()
+        failures = self._failures(items, backoff)
+        states = await self._backend.fail_many(failures) if failures else []
+        return [state is not None for state in states]
+
+    async def release(
+        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None
+    ) -> JobState:
         """See ``Queue.release``."""
         job_id, token = self._held(job)
-        return await self._backend.release(job_id, token, self._retry_delay(job, delay, None))
+        return await self._backend.release(job_id, token, self._retry_delay(job, delay, None),
+                                           self._priority(priority))
 
-    async def bury(self, job: Job, *, reason: str | None = None) -> None:
+    async def bury(
+        self, job: Job, *, reason: str | None = None, priority: int | None = None
+    ) -> None:
         """See ``Queue.bury``."""
         job_id, token = self._held(job)
-        await self._backend.bury(job_id, token, v.error_text(reason))
+        await self._backend.bury(job_id, token, v.error_text(reason), self._priority(priority))
 
     async def kick(self, queue: str, *, limit: int = 100) -> int:
         """See ``Queue.kick``."""
@@ -564,9 +614,18 @@ class AsyncQueue(_Shared):
         """See ``Queue.get``."""
         return await self._backend.get(self._job_id(job_id))
 
+    async def peek(self, queue: str, state: str = "available", limit: int = 10) -> list[JobInfo]:
+        """See ``Queue.peek``."""
+        return await self._backend.peek(*self._peeking(queue, state, limit))
+
     async def stats(self) -> dict[str, QueueStats]:
         """See ``Queue.stats``."""
         return await self._backend.stats()
+
+    async def server_stats(self) -> ServerStats:
+        """See ``Queue.server_stats``."""
+        return self._totals(await self._backend.stats(), self.backend,
+                            await self._backend.server_version())
 
     async def jobs(
         self,
@@ -578,6 +637,42 @@ class AsyncQueue(_Shared):
     ) -> list[JobInfo]:
         """See ``Queue.jobs``."""
         return await self._backend.list_jobs(*self._listing(queue, state, limit, after))
+
+    async def configure_queue(
+        self,
+        name: str,
+        *,
+        max_attempts: int | Keep | None = KEEP,
+        base_backoff: float | timedelta | Keep | None = KEEP,
+        max_backoff: float | timedelta | Keep | None = KEEP,
+        jitter: float | Keep | None = KEEP,
+        default_lease: float | timedelta | Keep | None = KEEP,
+        max_lease: float | timedelta | Keep | None = KEEP,
+        max_jobs: int | Keep | None = KEEP,
+        max_touches: int | Keep | None = KEEP,
+        max_touch_duration: float | timedelta | Keep | None = KEEP,
+        min_touch_interval: float | timedelta | Keep | None = KEEP,
+        dead_retention: float | timedelta | Keep | None = KEEP,
+    ) -> QueueConfig:
+        """See ``Queue.configure_queue``."""
+        given = dict(locals())
+        queue = v.queue_name(given.pop("name"))
+        changes = self._setting_changes(await self._backend_config(queue),
+                                        {k: given[k] for k in QUEUE_SETTINGS})
+        config = await self._backend.configure_queue(queue, changes)
+        self._forget_configs()
+        return config
+
+    async def _backend_config(self, queue: str) -> QueueConfig:
+        return (await self._backend.queue_configs()).get(queue) or QueueConfig(queue)
+
+    async def queue_config(self, name: str) -> QueueConfig:
+        """See ``Queue.queue_config``."""
+        return await self._backend_config(v.queue_name(name))
+
+    async def queue_configs(self) -> dict[str, QueueConfig]:
+        """See ``Queue.queue_configs``."""
+        return await self._backend.queue_configs()
 
     async def pause(self, queue: str) -> None:
         """See ``Queue.pause``."""
@@ -600,8 +695,14 @@ class AsyncQueue(_Shared):
         return await self._backend.prune(self._age(older_than))
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._backend.close()
+        """See ``Queue.close``."""
+        if self._closed:
+            return
+        backend, self._closed = self._backend, True
+        self._backend = Closed(backend.name)
+        for waker in list(self._wakers):
+            waker.set()
+        await backend.close()
 
     async def __aenter__(self) -> AsyncQueue:
         return self
@@ -614,7 +715,8 @@ def connect(url: str, **settings: Any) -> Queue:
     """A ``Queue`` for ``url``; keyword arguments are ``Settings`` fields.
 
     URLs: ``sqlite:///jobs.db``, ``postgresql://user@host/db``, ``mysql://user@host/db``,
-    ``memory://`` (private) or ``memory://name`` (shared within the process).
+    ``redis://host:6379/0``, ``memory://`` (private) or ``memory://name`` (shared by every
+    client in the process that names it).
     """
     return Queue(url, Settings(**settings))
 

@@ -13,10 +13,13 @@
     ├── JobStateError                          the job exists but not in a state that allows it
     ├── LeaseLost                              the lease token is stale: another holder or no holder
     ├── JobCancelled                           the job was cancelled while the caller held it
+    ├── TouchLimitExceeded                     a heartbeat beyond the queue's touch limits
+    ├── QueueFull                              the queue holds ``max_jobs`` live jobs already
     └── BackendError                           the database misbehaved
         ├── BackendUnavailable                 cannot connect, or the connection dropped
         │   └── AuthenticationFailed           wrong user or password
-        └── SchemaMissing                      tables absent: run ``leaseq migrate``
+        ├── SchemaMissing                      tables absent: run ``leaseq migrate``
+        └── ClientClosed                       the client was closed
 
 Driver exceptions never leave leaseq: each backend translates them into this tree where
 they arise, keeping the original as ``__cause__``.
@@ -43,7 +46,8 @@ class InvalidArgument(ValidationError):
 
 class PayloadNotSerializable(ValidationError):
     """The payload (or result) is not plain JSON: dicts with string keys, lists, strings,
-    finite numbers, booleans and None."""
+    finite numbers, booleans and None; for a task's annotated arguments and result, also
+    the types leaseq converts (docs/typed-payloads.md)."""
 
 
 class PayloadTooLarge(ValidationError):
@@ -72,6 +76,16 @@ class JobCancelled(LeaseqError):
     (``release`` or ``nack`` records it as cancelled)."""
 
 
+class TouchLimitExceeded(LeaseqError):
+    """A heartbeat was refused by the queue's touch limits (``max_touches`` or
+    ``max_touch_duration``): the lease was not extended and will run out. Treat the job
+    as lost once it does."""
+
+
+class QueueFull(LeaseqError):
+    """The queue already holds its ``max_jobs`` live jobs; nothing was written."""
+
+
 class BackendError(LeaseqError):
     """The storage backend failed."""
 
@@ -86,3 +100,7 @@ class AuthenticationFailed(BackendUnavailable):
 
 class SchemaMissing(BackendError):
     """leaseq's tables do not exist yet: run ``leaseq migrate`` or ``Queue.migrate()``."""
+
+
+class ClientClosed(BackendError):
+    """The ``Queue`` or ``AsyncQueue`` was closed; create a new one."""

@@ -72,7 +72,15 @@ class JobInfo:
     """A job as ``get`` sees it, live or historical.
 
     ``result`` is set for completed jobs; ``error`` holds the last failure (or the bury,
-    cancel or discard reason). ``finished_at`` is set once the job is in history.
+    cancel or discard reason). ``finished_at`` is set once the job is in history;
+    ``available_at`` (when it is or was due) while it is live.
+
+    Counters, kept in history too: ``reserves`` (times it was leased), ``timeouts``
+    (leases that ran out and were reclaimed), ``releases`` (times it was given back),
+    ``buries`` (times it went dead), ``kicks`` (times it was brought back from dead by
+    ``kick`` or ``retry``). ``failed_at`` is the time of its last failed attempt (a
+    ``nack`` or a lease that ran out), ``updated_at`` the time of its last state change.
+    ``lease`` is the job's own lease length in seconds, when it was enqueued with one.
     """
 
     id: int
@@ -93,6 +101,14 @@ class JobInfo:
     result: Any
     error: str | None
     cancel_requested: bool = False
+    reserves: int = 0
+    timeouts: int = 0
+    releases: int = 0
+    buries: int = 0
+    kicks: int = 0
+    failed_at: datetime | None = None
+    updated_at: datetime | None = None
+    lease: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,13 +127,16 @@ class QueueStats:
     cancelled: int = 0
     discarded: int = 0
     paused: bool = False
+    # Grows by itself while a job waits, so two reads of an unchanged queue still compare
+    # equal.
+    oldest_available_age: float | None = field(default=None, compare=False)
 
     @property
     def failed(self) -> int:
         """Jobs that ended without completing after giving up (discarded)."""
         return self.discarded
 
-    def as_dict(self) -> dict[str, int | str | bool]:
+    def as_dict(self) -> dict[str, int | str | bool | float | None]:
         """The counts as a plain dict (for JSON output)."""
         return {
             "queue": self.queue,
@@ -130,4 +149,89 @@ class QueueStats:
             "discarded": self.discarded,
             "failed": self.failed,
             "paused": self.paused,
+            "oldest_available_age": self.oldest_available_age,
         }
+
+
+QUEUE_SETTINGS: tuple[str, ...] = (
+    "max_attempts", "base_backoff", "max_backoff", "jitter", "default_lease", "max_lease",
+    "max_jobs", "max_touches", "max_touch_duration", "min_touch_interval", "dead_retention",
+)
+"""The fields of ``QueueConfig`` besides ``queue``, in storage order."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """A queue's settings, stored in the database so every client and worker shares them
+    (``Queue.configure_queue``). A field left None takes its default.
+
+    Attributes:
+        queue: The queue's name.
+        max_attempts: Attempts for jobs enqueued without ``max_attempts``. Default: the
+            client's ``Settings.max_attempts`` (5).
+        base_backoff: Retry delay after the first failure, seconds, for ``nack`` without
+            an explicit ``delay``/``backoff``. Default: the client's ``Settings.backoff``.
+        max_backoff: Cap of the retry delay, seconds. Default: as ``base_backoff``.
+        jitter: Relative spread of retry delays, 0 <= jitter < 1. Default: likewise.
+        default_lease: Lease of jobs dequeued without ``lease`` that were enqueued
+            without one. Default: the client's ``Settings.lease`` (30 s).
+        max_lease: Cap on every lease and heartbeat extension in this queue. Default: none.
+        max_jobs: Most live jobs (waiting, running or dead); an enqueue beyond it raises
+            ``QueueFull`` and writes nothing. Default: none.
+        max_touches: Most heartbeats that extend one lease; one more raises
+            ``TouchLimitExceeded``. Default: none.
+        max_touch_duration: Seconds after a lease began past which a heartbeat raises
+            ``TouchLimitExceeded``. Default: none.
+        min_touch_interval: A heartbeat sooner than this after the previous extension
+            succeeds without writing. Default: 0.
+        dead_retention: Seconds a dead job is kept before ``reclaim`` discards it to
+            history. Default: kept until someone acts.
+    """
+
+    queue: str
+    max_attempts: int | None = None
+    base_backoff: float | None = None
+    max_backoff: float | None = None
+    jitter: float | None = None
+    default_lease: float | None = None
+    max_lease: float | None = None
+    max_jobs: int | None = None
+    max_touches: int | None = None
+    max_touch_duration: float | None = None
+    min_touch_interval: float | None = None
+    dead_retention: float | None = None
+
+    def as_dict(self) -> dict[str, str | int | float | None]:
+        """The settings as a plain dict (for JSON output)."""
+        return {"queue": self.queue, **{name: getattr(self, name) for name in QUEUE_SETTINGS}}
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """Totals over every queue (``Queue.server_stats``).
+
+    Attributes:
+        queues: How many queues have jobs, history or settings.
+        available, scheduled, running, dead: Live jobs by state.
+        completed, cancelled, discarded: History rows by state.
+        oldest_available_age: Seconds the longest-waiting due job of any queue has been
+            due; None when none is due.
+        backend: memory, sqlite, postgres, mysql or redis.
+        server_version: The database server's version.
+    """
+
+    queues: int
+    available: int
+    scheduled: int
+    running: int
+    dead: int
+    completed: int
+    cancelled: int
+    discarded: int
+    oldest_available_age: float | None
+    backend: str
+    server_version: str
+
+    def as_dict(self) -> dict[str, str | int | float | None]:
+        """The totals as a plain dict (for JSON output)."""
+        return dict(self.__dict__)

@@ -12,17 +12,32 @@ when the job is not ``running`` under that token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueConfig, QueueStats
+from leaseq.errors import TouchLimitExceeded
+
+PeekState = Literal["available", "scheduled", "dead"]
+RenewOutcome = tuple[datetime, bool] | None | TouchLimitExceeded
+"""Per job of ``renew_many``: ``(lease_until, cancel_requested)`` while held, None for a
+stale lease, a ``TouchLimitExceeded`` (returned, not raised) when a touch limit refused
+the extension."""
+FailItem = tuple[int, int, str | None, float]
+"""``(job_id, token, error, delay)`` of ``fail_many``."""
 
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """One validated enqueue request. ``payload`` is already JSON text."""
+    """One validated enqueue request. ``payload`` is already JSON text.
+
+    ``lease`` is the job's own lease (stored; see ``Backend.claim``). ``unique_for`` (only
+    with ``unique_key``): when no live twin exists but a job of the same ``(queue,
+    unique_key)`` finished (any terminal state) less than ``unique_for`` seconds ago by the
+    database clock, the newest such job's id is returned with ``created=False`` and
+    nothing is written."""
 
     queue: str
     payload: str
@@ -32,6 +47,8 @@ class NewJob:
     run_at: datetime | None = None
     unique_key: str | None = None
     max_attempts: int = 5
+    lease: float | None = None
+    unique_for: float | None = None
 
 
 class Backend(Protocol):
@@ -43,20 +60,46 @@ class Backend(Protocol):
     def migrate(self) -> None:
         """Create or upgrade the schema; idempotent and safe to race."""
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[EnqueueResult]:
-        """nothing → available or scheduled; a live ``(queue, unique_key)`` twin returns
-        its id with ``created=False``. One transaction (the caller's, with ``conn``)."""
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> list[EnqueueResult]:
+        """nothing → available or scheduled; a live ``(queue, unique_key)`` twin (or,
+        with ``unique_for``, a recently finished one) returns its id with
+        ``created=False``. One transaction (the caller's, with ``conn``).
+
+        ``capped`` names the queues the client believes have ``max_jobs`` set: for each,
+        the backend serialises enqueuers of that queue (locks its settings row), reads the
+        stored ``max_jobs`` afresh, and raises ``QueueFull`` with nothing written when the
+        queue's live jobs (available, scheduled, running, dead) would exceed it. Other
+        queues pay nothing for the feature (backends where the check is free may check
+        every queue)."""
 
     def claim(
-        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        lease: float | None,
+        limit: int,
+        default_lease: float = 30.0,
     ) -> list[Job]:
         """available → running for up to ``limit`` due jobs of queues that are not
-        paused, by priority desc, available_at, id; attempts + 1; a fresh lease token
-        each."""
+        paused, by priority desc, available_at, id; attempts + 1, reserves + 1; a fresh
+        lease token each; the touch count restarts and ``leased_at`` (start of this lease)
+        is now.
+
+        Each job's lease is ``lease`` when given, else the job's own lease, else its
+        queue's ``default_lease``, else ``default_lease``; always capped by the queue's
+        ``max_lease``. ``Job.lease`` reports the lease applied."""
 
     def renew(self, job_id: int, token: int, extend: float) -> datetime:
-        """running → running with ``lease_until = now + extend``. Raises
-        ``JobCancelled`` (after extending) when a cancel was requested."""
+        """running → running with ``lease_until = now + min(extend, max_lease)``.
+
+        Touch limits of the job's queue: when ``max_touches`` extensions of this lease
+        were made already, or the lease began more than ``max_touch_duration`` ago,
+        raises ``TouchLimitExceeded`` and changes nothing; when the previous extension (or
+        the lease's start) is less than ``min_touch_interval`` ago, returns the current
+        ``lease_until`` without writing (not counted as a touch). Raises ``JobCancelled``
+        (after extending) when a cancel was requested."""
 
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> None:
         """running → completed: history row written, live row removed."""
@@ -65,28 +108,37 @@ class Backend(Protocol):
         """``complete`` for each ``(id, token, result)`` in one transaction: True per job
         completed, False (nothing changed) per stale lease."""
 
-    def renew_many(
-        self, items: Sequence[tuple[int, int, float]]
-    ) -> list[tuple[datetime, bool] | None]:
-        """``renew`` for each ``(id, token, extend)``: ``(lease_until, cancel_requested)``
-        per job still held, None per stale lease."""
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]:
+        """``renew`` for each ``(id, token, extend)``, touch limits included, in one
+        transaction: see ``RenewOutcome``."""
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState:
         """running → available/scheduled after ``delay``; → dead when attempts are used
-        up; → cancelled (history) when a cancel was requested."""
+        up (buries + 1); → cancelled (history) when a cancel was requested. Sets
+        ``failed_at``."""
 
-    def release(self, job_id: int, token: int, delay: float) -> JobState:
-        """running → available/scheduled with the attempt given back; → cancelled when
-        a cancel was requested."""
+    def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
+        """``fail`` for each ``(id, token, error, delay)`` in one transaction: the state
+        after per job, None (nothing changed) per stale lease."""
 
-    def bury(self, job_id: int, token: int, reason: str | None) -> None:
-        """running → dead with ``reason`` as its error."""
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> JobState:
+        """running → available/scheduled with the attempt given back (releases + 1), at
+        ``priority`` when given; → cancelled when a cancel was requested."""
+
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> None:
+        """running → dead with ``reason`` as its error (buries + 1), at ``priority`` when
+        given."""
 
     def kick(self, queue: str, limit: int) -> int:
-        """dead → available (fresh attempts) for up to ``limit`` jobs, oldest first."""
+        """dead → available (fresh attempts, kicks + 1) for up to ``limit`` jobs, oldest
+        (lowest id) first."""
 
     def retry(self, job_id: int) -> None:
-        """dead or scheduled → available now (dead jobs get fresh attempts)."""
+        """dead or scheduled → available now (dead jobs get fresh attempts, kicks + 1)."""
 
     def discard(self, job_id: int, reason: str | None) -> None:
         """dead, scheduled or available → discarded (history)."""
@@ -99,13 +151,33 @@ class Backend(Protocol):
         """The job, live or historical; ``JobNotFound`` otherwise."""
 
     def stats(self) -> dict[str, QueueStats]:
-        """Counts per queue, live and historical."""
+        """Counts per queue, live and historical, with ``paused`` and
+        ``oldest_available_age``; every queue with jobs, history or a settings row."""
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int
     ) -> list[JobInfo]:
         """Live and historical jobs with id > ``after``, by id, optionally of one queue
         and one state; at most ``limit``."""
+
+    def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]:
+        """Up to ``limit`` jobs of ``queue``, changing nothing: ``available``, the due
+        jobs in claim order (priority desc, available_at, id; pause ignored);
+        ``scheduled``, the jobs not yet due by (available_at, id); ``dead``, newest
+        (highest id) first."""
+
+    def configure_queue(
+        self, queue: str, changes: Mapping[str, int | float | None]
+    ) -> QueueConfig:
+        """Stores the given settings (names from ``QUEUE_SETTINGS``; None clears one to
+        its default), leaving the others as they are; returns all of them as stored."""
+
+    def queue_configs(self) -> dict[str, QueueConfig]:
+        """The stored settings of every queue that has a settings row (configured or
+        ever paused), by name."""
+
+    def server_version(self) -> str:
+        """The database server's version, e.g. ``"16.2"``, ``"10.11.6-MariaDB"``."""
 
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pauses (every claim skips the queue) or resumes a queue."""
@@ -115,7 +187,10 @@ class Backend(Protocol):
 
     def reclaim(self, limit: int) -> int:
         """running with an expired lease → available (the attempt stays counted); → dead
-        when attempts are used up; → cancelled when a cancel was requested."""
+        when attempts are used up; → cancelled when a cancel was requested; timeouts + 1
+        and ``failed_at`` set in each case. Also dead → discarded (history, error kept)
+        for dead jobs that went dead more than their queue's ``dead_retention`` ago. At
+        most ``limit`` of each; returns how many jobs moved."""
 
     def prune(self, older_than: float) -> int:
         """Deletes history rows finished more than ``older_than`` seconds ago."""
@@ -131,9 +206,16 @@ class AsyncBackend(Protocol):
     supports_transactions: bool
 
     async def migrate(self) -> None: ...
-    async def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[EnqueueResult]: ...
+    async def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> list[EnqueueResult]: ...
     async def claim(
-        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        lease: float | None,
+        limit: int,
+        default_lease: float = 30.0,
     ) -> list[Job]: ...
     async def renew(self, job_id: int, token: int, extend: float) -> datetime: ...
     async def complete(
@@ -142,12 +224,15 @@ class AsyncBackend(Protocol):
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> list[bool]: ...
-    async def renew_many(
-        self, items: Sequence[tuple[int, int, float]]
-    ) -> list[tuple[datetime, bool] | None]: ...
+    async def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]: ...
     async def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState: ...
-    async def release(self, job_id: int, token: int, delay: float) -> JobState: ...
-    async def bury(self, job_id: int, token: int, reason: str | None) -> None: ...
+    async def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]: ...
+    async def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> JobState: ...
+    async def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> None: ...
     async def kick(self, queue: str, limit: int) -> int: ...
     async def retry(self, job_id: int) -> None: ...
     async def discard(self, job_id: int, reason: str | None) -> None: ...
@@ -157,6 +242,12 @@ class AsyncBackend(Protocol):
     async def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int
     ) -> list[JobInfo]: ...
+    async def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]: ...
+    async def configure_queue(
+        self, queue: str, changes: Mapping[str, int | float | None]
+    ) -> QueueConfig: ...
+    async def queue_configs(self) -> dict[str, QueueConfig]: ...
+    async def server_version(self) -> str: ...
     async def set_paused(self, queue: str, paused: bool) -> None: ...
     async def paused(self) -> list[str]: ...
     async def reclaim(self, limit: int) -> int: ...

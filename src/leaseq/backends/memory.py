@@ -8,17 +8,35 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import platform
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.job import (
+    QUEUE_SETTINGS,
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    QueueConfig,
+    QueueStats,
+)
 from leaseq._core.validate import decode
-from leaseq.backends.base import NewJob
-from leaseq.errors import ConfigurationError, JobCancelled, JobNotFound, JobStateError, LeaseLost
+from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.errors import (
+    ConfigurationError,
+    InvalidArgument,
+    JobCancelled,
+    JobNotFound,
+    JobStateError,
+    LeaseLost,
+    QueueFull,
+    TouchLimitExceeded,
+)
 
 
 @dataclass
@@ -42,6 +60,17 @@ class _Row:
     cancel_requested: bool = False
     finished_at: float | None = None
     result: str | None = None
+    lease: float | None = None
+    touches: int = 0
+    leased_at: float | None = None
+    touched_at: float | None = None
+    reserves: int = 0
+    timeouts: int = 0
+    releases: int = 0
+    buries: int = 0
+    kicks: int = 0
+    failed_at: float | None = None
+    updated_at: float | None = None
 
 
 def _dt(t: float | None) -> datetime | None:
@@ -61,12 +90,16 @@ class MemoryBackend:
         self.history: dict[int, _Row] = {}
         self.unique: dict[tuple[str, str], int] = {}
         self.paused_queues: set[str] = set()
+        self.settings: dict[str, dict[str, Any]] = {}  # queue -> stored settings
+        self.finished_keys: dict[tuple[str, str], int] = {}  # newest finished keyed job
         self.next_id = 1
 
     def migrate(self) -> None:
         """Nothing to create."""
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[EnqueueResult]:
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> list[EnqueueResult]:
         if conn is not None:
             raise ConfigurationError(
                 "memory:// has no transactions to join; transactional enqueue needs SQLite, "
@@ -75,22 +108,61 @@ class MemoryBackend:
         with self.lock:
             now = self.clock()
             out = []
+            created: list[_Row] = []
             for job in jobs:
                 key = (job.queue, job.unique_key) if job.unique_key is not None else None
                 if key is not None and key in self.unique:
                     out.append(EnqueueResult(self.unique[key], False))
                     continue
+                twin = self._recent_twin(key, job.unique_for, now)
+                if twin is not None:
+                    out.append(EnqueueResult(twin, False))
+                    continue
                 at = job.run_at.timestamp() if job.run_at else now + job.delay
                 row = _Row(self.next_id, job.queue, job.kind, job.payload, job.priority,
-                           job.max_attempts, job.unique_key, at, now)
+                           job.max_attempts, job.unique_key, at, now, lease=job.lease)
                 self.next_id += 1
                 self.live[row.id] = row
+                created.append(row)
                 if key is not None:
                     self.unique[key] = row.id
                 out.append(EnqueueResult(row.id, True))
+            # The check is free here, so every queue is checked, whatever ``capped`` says.
+            for queue in {row.queue for row in created}:
+                cap = self.settings.get(queue, {}).get("max_jobs")
+                if cap is not None and sum(r.queue == queue for r in self.live.values()) > cap:
+                    for row in created:  # all or nothing, as a rolled-back transaction
+                        del self.live[row.id]
+                        if row.unique_key is not None:
+                            self.unique.pop((row.queue, row.unique_key), None)
+                    raise QueueFull(
+                        f"queue {queue!r} holds its max_jobs={cap} live jobs; nothing was "
+                        "enqueued"
+                    )
             return out
 
-    def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> list[Job]:
+    def _recent_twin(
+        self, key: tuple[str, str] | None, unique_for: float | None, now: float
+    ) -> int | None:
+        if key is None or not unique_for:
+            return None
+        job_id = self.finished_keys.get(key)
+        h = self.history.get(job_id) if job_id is not None else None
+        if h is not None and (h.finished_at or 0) > now - unique_for:
+            return h.id
+        return None
+
+    def _setting(self, queue: str, name: str) -> Any:
+        return self.settings.get(queue, {}).get(name)
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        lease: float | None,
+        limit: int,
+        default_lease: float = 30.0,
+    ) -> list[Job]:
         with self.lock:
             now = self.clock()
             wanted = set(queues) - self.paused_queues
@@ -99,17 +171,26 @@ class MemoryBackend:
             picked = heapq.nsmallest(limit, due, key=lambda r: (-r.priority, r.available_at, r.id))
             jobs = []
             for r in picked:
+                settings = self.settings.get(r.queue, {})
+                seconds = lease if lease is not None else (
+                    r.lease if r.lease is not None else
+                    settings.get("default_lease") or default_lease)
+                if settings.get("max_lease") is not None:
+                    seconds = min(seconds, settings["max_lease"])
                 r.state, r.worker_id = "running", worker_id
                 r.attempts += 1
+                r.reserves += 1
                 r.lease_token += 1
-                r.lease_until = now + lease
+                r.lease_until = now + seconds
+                r.touches, r.leased_at, r.touched_at = 0, now, None
+                r.updated_at = now
                 r.started_at = r.started_at if r.started_at is not None else now
                 jobs.append(Job(
                     id=r.id, queue=r.queue, kind=r.kind, payload=decode(r.payload),
                     priority=r.priority, attempts=r.attempts, max_attempts=r.max_attempts,
                     unique_key=r.unique_key, lease_token=r.lease_token,
                     lease_until=_dt(r.lease_until), worker_id=worker_id,  # type: ignore[arg-type]
-                    created_at=_dt(r.created_at), lease=lease,  # type: ignore[arg-type]
+                    created_at=_dt(r.created_at), lease=seconds,  # type: ignore[arg-type]
                 ))
             return jobs
 
@@ -122,10 +203,39 @@ class MemoryBackend:
             )
         return r
 
+    def _touch(self, r: _Row, extend: float) -> TouchLimitExceeded | None:
+        """Extends ``r``'s lease within its queue's touch limits, or says why not."""
+        now = self.clock()
+        settings = self.settings.get(r.queue, {})
+        max_touches = settings.get("max_touches")
+        if max_touches is not None and r.touches >= max_touches:
+            return TouchLimitExceeded(
+                f"job {r.id}: lease {r.lease_token} was extended {r.touches} times, the "
+                f"queue's max_touches; it will run out"
+            )
+        max_duration = settings.get("max_touch_duration")
+        began = r.leased_at if r.leased_at is not None else now
+        if max_duration is not None and now - began > max_duration:
+            return TouchLimitExceeded(
+                f"job {r.id}: lease {r.lease_token} began {now - began:.3f} s ago, past the "
+                f"queue's max_touch_duration of {max_duration} s; it will run out"
+            )
+        interval = settings.get("min_touch_interval")
+        last = r.touched_at if r.touched_at is not None else began
+        if interval is not None and now - last < interval:
+            return None  # touched a moment ago: the lease stands as it is
+        if settings.get("max_lease") is not None:
+            extend = min(extend, settings["max_lease"])
+        r.lease_until, r.touched_at = now + extend, now
+        r.touches += 1
+        return None
+
     def renew(self, job_id: int, token: int, extend: float) -> datetime:
         with self.lock:
             r = self._held(job_id, token)
-            r.lease_until = self.clock() + extend
+            refused = self._touch(r, extend)
+            if refused is not None:
+                raise refused
             until = _dt(r.lease_until)
             assert until is not None
             if r.cancel_requested:
@@ -134,11 +244,13 @@ class MemoryBackend:
 
     def _archive(self, r: _Row, state: JobState, result: str | None, error: str | None) -> None:
         del self.live[r.id]
+        now = self.clock()
         if r.unique_key is not None:
             self.unique.pop((r.queue, r.unique_key), None)
+            self.finished_keys[(r.queue, r.unique_key)] = r.id
         error = None if state == "completed" else (error if error is not None else r.error)
         self.history[r.id] = replace(r, state=state, result=result, error=error,
-                                     finished_at=self.clock(), lease_until=None,
+                                     finished_at=now, updated_at=now, lease_until=None,
                                      cancel_requested=False)
 
     def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> None:
@@ -164,59 +276,86 @@ class MemoryBackend:
                 done.append(ok or self._completed_by(job_id, token))
             return done
 
-    def renew_many(
-        self, items: Sequence[tuple[int, int, float]]
-    ) -> list[tuple[datetime, bool] | None]:
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]:
         with self.lock:
-            out: list[tuple[datetime, bool] | None] = []
+            out: list[RenewOutcome] = []
             for job_id, token, extend in items:
                 r = self.live.get(job_id)
                 if r is None or r.state != "running" or r.lease_token != token:
                     out.append(None)
                     continue
-                r.lease_until = self.clock() + extend
-                out.append((_dt(r.lease_until), r.cancel_requested))  # type: ignore[arg-type]
+                refused = self._touch(r, extend)
+                out.append(refused or (_dt(r.lease_until), r.cancel_requested))  # type: ignore[arg-type]
             return out
 
     def _reschedule(self, r: _Row, delay: float, error: str | None) -> JobState:
-        r.state, r.lease_until = "available", None
-        r.available_at = self.clock() + delay
+        now = self.clock()
+        r.state, r.lease_until, r.updated_at = "available", None, now
+        r.available_at = now + delay
         r.error = error if error is not None else r.error
         return "scheduled" if delay > 0 else "available"
+
+    def _to_dead(self, r: _Row, error: str | None) -> None:
+        r.state, r.lease_until, r.updated_at = "dead", None, self.clock()
+        r.buries += 1
+        r.error = error if error is not None else r.error
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState:
         with self.lock:
             r = self._held(job_id, token)
+            r.failed_at = self.clock()
             if r.cancel_requested:
                 self._archive(r, "cancelled", None, error)
                 return "cancelled"
             if r.attempts >= r.max_attempts:
-                r.state, r.lease_until = "dead", None
-                r.error = error if error is not None else r.error
+                self._to_dead(r, error)
                 return "dead"
             return self._reschedule(r, delay, error)
 
-    def release(self, job_id: int, token: int, delay: float) -> JobState:
+    def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
+        with self.lock:  # one lock hold: all or nothing is seen, as one transaction
+            out: list[JobState | None] = []
+            for job_id, token, error, delay in items:
+                try:
+                    out.append(self.fail(job_id, token, error, delay))
+                except LeaseLost:
+                    out.append(None)
+            return out
+
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> JobState:
         with self.lock:
             r = self._held(job_id, token)
             if r.cancel_requested:
                 self._archive(r, "cancelled", None, None)
                 return "cancelled"
             r.attempts -= 1
+            r.releases += 1
+            if priority is not None:
+                r.priority = priority
             return self._reschedule(r, delay, None)
 
-    def bury(self, job_id: int, token: int, reason: str | None) -> None:
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> None:
         with self.lock:
             r = self._held(job_id, token)
-            r.state, r.lease_until = "dead", None
-            r.error = reason if reason is not None else r.error
+            if priority is not None:
+                r.priority = priority
+            self._to_dead(r, reason)
+
+    def _revive(self, r: _Row) -> None:
+        """dead → available now, with a fresh round of attempts."""
+        now = self.clock()
+        r.state, r.attempts, r.available_at, r.updated_at = "available", 0, now, now
+        r.kicks += 1
 
     def kick(self, queue: str, limit: int) -> int:
         with self.lock:
             dead = sorted(i for i, r in self.live.items() if r.queue == queue and r.state == "dead")
             for job_id in dead[:limit]:
-                r = self.live[job_id]
-                r.state, r.attempts, r.available_at = "available", 0, self.clock()
+                self._revive(self.live[job_id])
             return len(dead[:limit])
 
     def _state(self, r: _Row) -> JobState:
@@ -239,8 +378,9 @@ class MemoryBackend:
             if r is None or self._state(r) not in ("dead", "scheduled"):
                 raise self._refuse(job_id, "retry", "dead or scheduled")
             if r.state == "dead":
-                r.attempts = 0
-            r.state, r.available_at = "available", self.clock()
+                self._revive(r)
+            else:
+                r.available_at = r.updated_at = self.clock()
 
     def discard(self, job_id: int, reason: str | None) -> None:
         with self.lock:
@@ -280,16 +420,23 @@ class MemoryBackend:
             lease_until=_dt(r.lease_until), worker_id=r.worker_id,
             created_at=_dt(r.created_at), started_at=_dt(r.started_at),  # type: ignore[arg-type]
             finished_at=_dt(r.finished_at), result=decode(r.result), error=r.error,
-            cancel_requested=r.cancel_requested,
+            cancel_requested=r.cancel_requested, reserves=r.reserves, timeouts=r.timeouts,
+            releases=r.releases, buries=r.buries, kicks=r.kicks, failed_at=_dt(r.failed_at),
+            updated_at=_dt(r.updated_at if r.updated_at is not None else r.created_at),
+            lease=r.lease,
         )
 
     def stats(self) -> dict[str, QueueStats]:
         with self.lock:
-            counts: dict[str, dict[str, Any]] = {}
+            now = self.clock()
+            counts: dict[str, dict[str, Any]] = {q: {} for q in self.settings}
             for r in [*self.live.values(), *self.history.values()]:
                 c = counts.setdefault(r.queue, {})
                 state = self._state(r)
                 c[state] = c.get(state, 0) + 1
+                if state == "available":
+                    age = now - r.available_at
+                    c["oldest_available_age"] = max(age, c.get("oldest_available_age", age))
             for queue in self.paused_queues:
                 counts.setdefault(queue, {})["paused"] = True
             return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
@@ -306,9 +453,42 @@ class MemoryBackend:
             )
             return [self._info(r) for r in rows[:limit]]
 
+    def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]:
+        with self.lock:
+            rows = [r for r in self.live.values() if r.queue == queue and self._state(r) == state]
+            if state == "available":
+                rows.sort(key=lambda r: (-r.priority, r.available_at, r.id))
+            elif state == "scheduled":
+                rows.sort(key=lambda r: (r.available_at, r.id))
+            else:
+                rows.sort(key=lambda r: -r.id)
+            return [self._info(r) for r in rows[:limit]]
+
     def set_paused(self, queue: str, paused: bool) -> None:
         with self.lock:
             (self.paused_queues.add if paused else self.paused_queues.discard)(queue)
+            self.settings.setdefault(queue, {})
+
+    def configure_queue(
+        self, queue: str, changes: Mapping[str, int | float | None]
+    ) -> QueueConfig:
+        with self.lock:
+            stored = self.settings.setdefault(queue, {})
+            for name, value in changes.items():
+                if name not in QUEUE_SETTINGS:
+                    raise InvalidArgument(f"unknown queue setting {name!r}")
+                if value is None:
+                    stored.pop(name, None)
+                else:
+                    stored[name] = value
+            return QueueConfig(queue, **stored)
+
+    def queue_configs(self) -> dict[str, QueueConfig]:
+        with self.lock:
+            return {q: QueueConfig(q, **c) for q, c in sorted(self.settings.items())}
+
+    def server_version(self) -> str:
+        return f"in-process (Python {platform.python_version()})"
 
     def paused(self) -> list[str]:
         with self.lock:
@@ -323,14 +503,28 @@ class MemoryBackend:
                 key=lambda r: r.lease_until or 0,
             )[:limit]
             for r in expired:
+                r.timeouts += 1
+                r.failed_at = now
                 if r.cancel_requested:
                     self._archive(r, "cancelled", None, "lease expired")
                 elif r.attempts >= r.max_attempts:
-                    r.state, r.lease_until, r.error = "dead", None, "lease expired"
+                    self._to_dead(r, "lease expired")
                 else:
                     r.state, r.lease_until, r.error = "available", None, "lease expired"
-                    r.available_at = now
-            return len(expired)
+                    r.available_at = r.updated_at = now
+            return len(expired) + self._discard_old_dead(now, limit)
+
+    def _discard_old_dead(self, now: float, limit: int) -> int:
+        """Dead jobs past their queue's ``dead_retention`` → discarded (history)."""
+        old = sorted(
+            (r for r in self.live.values()
+             if r.state == "dead" and self._setting(r.queue, "dead_retention") is not None
+             and (r.updated_at or r.created_at) < now - self._setting(r.queue, "dead_retention")),
+            key=lambda r: (r.updated_at or r.created_at, r.id),  # longest dead first
+        )[:limit]
+        for r in old:
+            self._archive(r, "discarded", None, None)
+        return len(old)
 
     def prune(self, older_than: float) -> int:
         with self.lock:

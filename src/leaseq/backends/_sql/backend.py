@@ -7,13 +7,13 @@ the result; an async runner returns an awaitable of it. So one class serves as b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from leaseq._core.job import JobState
 from leaseq.backends._sql.ops import SqlOps
-from leaseq.backends.base import NewJob
+from leaseq.backends.base import FailItem, NewJob, PeekState
 from leaseq.errors import JobCancelled
 
 
@@ -30,14 +30,23 @@ class SqlBackend:
     def migrate(self) -> Any:
         return self.runner.migrate()
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.enqueue(jobs), conn=conn,
-                               single=self.ops.single("enqueue", jobs))
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> Any:
+        # Only the batch's own capped queues are locked and counted, in name order.
+        caps = sorted({job.queue for job in jobs}.intersection(capped)) if capped else []
+        return self.runner.run(lambda: self.ops.enqueue(jobs, caps), conn=conn,
+                               single=not caps and self.ops.single("enqueue", jobs))
 
-    def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> Any:
+    def claim(
+        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
+        default_lease: float = 30.0,
+    ) -> Any:
         # A claim is safe to repeat: jobs a lost reply leased come back when it expires.
-        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit),
-                               single=self.ops.single("claim"), idempotent=True)
+        return self.runner.run(
+            lambda: self.ops.claim(queues, worker_id, lease, limit, default_lease),
+            single=self.ops.single("claim"), idempotent=True,
+        )
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
         def check(outcome: tuple[datetime, bool]) -> datetime:
@@ -68,11 +77,19 @@ class SqlBackend:
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
         return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
 
-    def release(self, job_id: int, token: int, delay: float) -> Any:
-        return self.runner.run(lambda: self.ops.release(job_id, token, delay))
+    def fail_many(self, items: Sequence[FailItem]) -> Any:
+        # Not repeated after a dropped connection: the first attempt may have committed.
+        return self.runner.run(lambda: self.ops.fail_many(items), idempotent=False)
 
-    def bury(self, job_id: int, token: int, reason: str | None) -> Any:
-        return self.runner.run(lambda: self.ops.bury(job_id, token, reason))
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.release(job_id, token, delay, priority))
+
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.bury(job_id, token, reason, priority))
 
     def kick(self, queue: str, limit: int) -> Any:
         return self.runner.run(lambda: self.ops.kick(queue, limit))
@@ -91,6 +108,21 @@ class SqlBackend:
 
     def stats(self) -> Any:
         return self.runner.run(self.ops.stats, write=False, idempotent=True)
+
+    def peek(self, queue: str, state: PeekState, limit: int) -> Any:
+        return self.runner.run(lambda: self.ops.peek(queue, state, limit), write=False,
+                               idempotent=True)
+
+    def configure_queue(self, queue: str, changes: Mapping[str, int | float | None]) -> Any:
+        # Storing the same values twice is harmless, so a dropped connection may retry it.
+        return self.runner.run(lambda: self.ops.configure_queue(queue, changes),
+                               idempotent=True)
+
+    def queue_configs(self) -> Any:
+        return self.runner.run(self.ops.queue_configs, write=False, idempotent=True)
+
+    def server_version(self) -> Any:
+        return self.runner.run(self.ops.server_version, write=False, idempotent=True)
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int

@@ -14,22 +14,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal, cast
 
 from leaseq._core.job import (
     LIVE_STATES,
+    QUEUE_SETTINGS,
     TERMINAL_STATES,
     EnqueueResult,
     Job,
     JobInfo,
     JobState,
+    QueueConfig,
     QueueStats,
 )
 from leaseq._core.validate import decode
 from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
-from leaseq.backends.base import NewJob
-from leaseq.errors import BackendError, JobNotFound, JobStateError, LeaseLost
+from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.errors import (
+    BackendError,
+    InvalidArgument,
+    JobNotFound,
+    JobStateError,
+    LeaseLost,
+    QueueFull,
+    TouchLimitExceeded,
+)
 
 # Column order of every query that returns a leased job (claim, claim_candidates, ...).
 JOB_COLUMNS = (
@@ -37,6 +48,8 @@ JOB_COLUMNS = (
     "lease_token, lease_until, worker_id, created_at, available_at"
 )
 UNIQUE_RETRIES = 100
+# The queue settings stored as integers; the rest are seconds (float).
+INT_SETTINGS = frozenset(f.name for f in fields(QueueConfig) if str(f.type).startswith("int"))
 
 
 class Dialect:
@@ -91,6 +104,11 @@ class Dialect:
         would add them (a claim stores and returns this value)."""
         return now + timedelta(seconds=seconds)
 
+    def clock(self, value: Any) -> Any:
+        """The database's clock as a claim reads it, as ``later`` and a time parameter
+        take it."""
+        return value
+
     def span(self, seconds: float) -> Any:
         """A duration parameter."""
         return seconds
@@ -119,7 +137,65 @@ class Dialect:
             "unique_key": job.unique_key,
             "delay": self.span(job.delay),
             "run_at": self.ts(job.run_at),
+            "lease": job.lease,  # seconds, as stored (not a span: no arithmetic on it)
         }
+
+
+TouchVerdict = Literal["extend", "soon", "touches", "duration"]
+
+
+def lease_for(
+    explicit: float | None, own: float | None, queue_default: float | None,
+    queue_max: float | None, fallback: float,
+) -> float:
+    """The lease a claim gives one job (``Backend.claim``): the claim's ``explicit``
+    lease, else the job's ``own``, else its queue's default, else the client's
+    ``fallback``; capped by the queue's ``max_lease``. PostgreSQL's claim statement says
+    the same in SQL."""
+    if explicit is not None:
+        seconds = explicit
+    elif own is not None:
+        seconds = own
+    else:
+        seconds = queue_default if queue_default is not None else fallback
+    return seconds if queue_max is None else min(seconds, queue_max)
+
+
+def touch_verdict(
+    touches: int, age: float | None, quiet: float | None, max_touches: int | None,
+    max_touch_duration: float | None, min_touch_interval: float | None,
+) -> TouchVerdict:
+    """What a heartbeat may do to a lease under its queue's touch limits (``Backend.renew``):
+    ``"touches"`` or ``"duration"``, refused (``max_touches`` extensions made already, or
+    the lease began more than ``max_touch_duration`` ago); ``"soon"``, a success without a
+    write (the previous extension, or the lease's start, is less than
+    ``min_touch_interval`` ago); else ``"extend"``. ``age`` and ``quiet`` are the seconds
+    since the lease began and since it was last extended (None for a lease taken before
+    migration 0004, which has no start on record). PostgreSQL's ``renew_many`` statement
+    says the same in SQL."""
+    if max_touches is not None and touches >= max_touches:
+        return "touches"
+    if max_touch_duration is not None and age is not None and age > max_touch_duration:
+        return "duration"
+    if min_touch_interval is not None and quiet is not None and quiet < min_touch_interval:
+        return "soon"
+    return "extend"
+
+
+def touch_refusal(
+    job_id: int, token: int, verdict: TouchVerdict, touches: int, age: float | None,
+    max_touch_duration: float | None,
+) -> TouchLimitExceeded:
+    """The error of a refused heartbeat (``verdict`` "touches" or "duration")."""
+    if verdict == "touches":
+        return TouchLimitExceeded(
+            f"job {job_id}: lease {token} was extended {touches} times, the queue's "
+            "max_touches; it will run out"
+        )
+    return TouchLimitExceeded(
+        f"job {job_id}: lease {token} began {age or 0.0:.3f} s ago, past the queue's "
+        f"max_touch_duration of {max_touch_duration} s; it will run out"
+    )
 
 
 class SqlOps:
@@ -135,7 +211,44 @@ class SqlOps:
 
     # -- enqueue -------------------------------------------------------------------------
 
-    def enqueue(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+    def enqueue(
+        self, jobs: Sequence[NewJob], capped: Sequence[str] = ()
+    ) -> Plan[list[EnqueueResult]]:
+        """Inserts the batch; ``capped`` are the batch's queues the client believes have
+        ``max_jobs`` (see ``Backend.enqueue``), in name order. Their settings rows are
+        locked first, in that order (two batches cannot deadlock on them), which makes the
+        enqueuers of a capped queue count its jobs one after another; after the inserts
+        each is counted. Other queues cost nothing more."""
+        caps: dict[str, int] = {}
+        for queue in capped:
+            r = yield Stmt("lock_queue_cap", {"queue": queue})
+            if r.rows and r.rows[0][0] is not None:
+                caps[queue] = int(r.rows[0][0])
+        results = yield from self.insert_all(jobs)
+        if caps:
+            yield from self.check_caps(caps, jobs, results)
+        return results
+
+    def check_caps(
+        self, caps: Mapping[str, int], jobs: Sequence[NewJob], results: Sequence[EnqueueResult]
+    ) -> Plan[None]:
+        """Raises ``QueueFull`` when a capped queue that gained jobs now holds more than
+        its ``max_jobs``, after taking back this batch's rows: the runner rolls back too,
+        but inside a caller's transaction that has no savepoint (psycopg's implicit
+        transaction) the rows would otherwise stay for the caller to commit."""
+        added = {jobs[i].queue for i, r in enumerate(results) if r.created}
+        for queue, cap in caps.items():
+            if queue not in added:
+                continue  # nothing written to it: a full queue refuses only new jobs
+            r = yield Stmt("live_count", {"queue": queue, "cap": cap + 1})
+            if int(r.rows[0][0]) > cap:
+                new = [result.id for result in results if result.created]
+                yield Stmt("delete_new_jobs", {"ids": self.d.ids(new)})
+                raise QueueFull(
+                    f"queue {queue!r} holds its max_jobs={cap} live jobs; nothing was enqueued"
+                )
+
+    def insert_all(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
         results: list[EnqueueResult | None] = [None] * len(jobs)
         plain = [i for i, job in enumerate(jobs) if job.unique_key is None]
         if plain:
@@ -151,17 +264,36 @@ class SqlOps:
         return [r for r in results if r is not None]
 
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
+        # The lease column is written only when some job has a lease of its own: one more
+        # bound parameter per row cost SQLite's executemany about 6 %.
+        name = "insert_leased_job" if any(job.lease is not None for job in jobs) else "insert_job"
         if len(jobs) == 1:
-            r = yield Stmt("insert_job", self.d.row(jobs[0]))
+            r = yield Stmt(name, self.d.row(jobs[0]))
             return [self.new_id(r)]
-        r = yield Stmt("insert_job", [self.d.row(job) for job in jobs], many=True)
+        r = yield Stmt(name, [self.d.row(job) for job in jobs], many=True)
         return [row[0] for row in r.rows]
 
     def insert_unique(self, job: NewJob) -> Plan[EnqueueResult]:
+        """Inserts a keyed job unless a live twin holds the key (then returns the twin).
+
+        With ``unique_for`` history is read only *after* the insert succeeded: had a twin
+        still been live, the insert would have waited for it to commit its move to
+        history (or found it live), so the read, a later statement under READ COMMITTED,
+        sees any twin that finished. Reading first would miss a twin finishing between the
+        read and the insert. A recent twin found, the row is taken back."""
         for _ in range(UNIQUE_RETRIES):
             r = yield Stmt("insert_unique_job", self.d.row(job), duplicate_ok=True)
             if not r.duplicate and (r.rows or r.rowcount == 1):
-                return EnqueueResult(self.new_id(r), True)
+                job_id = self.new_id(r)
+                if not job.unique_for:
+                    return EnqueueResult(job_id, True)
+                params = {"queue": job.queue, "unique_key": job.unique_key,
+                          "unique_for": self.d.span(job.unique_for)}
+                twin = yield Stmt("recent_twin", params)
+                if not twin.rows:
+                    return EnqueueResult(job_id, True)
+                yield Stmt("delete_new_jobs", {"ids": self.d.ids([job_id])})
+                return EnqueueResult(int(twin.rows[0][0]), False)
             found = yield Stmt("find_unique", {"queue": job.queue, "unique_key": job.unique_key})
             if found.rows:
                 return EnqueueResult(int(found.rows[0][0]), False)
@@ -175,13 +307,15 @@ class SqlOps:
     # -- claim and lease -------------------------------------------------------------------
 
     def claim(
-        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
+        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
+        default_lease: float = 30.0,
     ) -> Plan[list[Job]]:
         """One locking read of every queue's candidates (paused queues excluded in SQL)
-        that also returns the job columns and the database's clock, then one ``UPDATE``
-        of the chosen ids (MySQL first reads where to start, see ``claim_branches``). The
-        jobs are built from the rows read, so MySQL needs no re-read for want of
-        ``UPDATE ... RETURNING``."""
+        that also returns the job columns, the database's clock, and each job's own lease
+        with its queue's ``default_lease`` and ``max_lease``; then one ``UPDATE`` of the
+        chosen ids per distinct lease (``lease_for``; usually one). MySQL first reads where
+        to start, see ``claim_branches``. The jobs are built from the rows read, so MySQL
+        needs no re-read for want of ``UPDATE ... RETURNING``."""
         names = list(dict.fromkeys(queues))  # a repeated queue would return its rows twice
         if not names:
             return []
@@ -193,22 +327,34 @@ class SqlOps:
             return []
         # Each queue's candidates come in index order; merge them into the global order.
         rows = sorted(r.rows, key=lambda c: (-c[4], c[12], c[0]))[:limit]
-        now = rows[0][13]
-        until = self.d.later(now, lease)
-        ids = self.d.ids([c[0] for c in rows])
-        params = {"ids": ids, "worker_id": worker_id, "until": until, "now": now}
+        now = self.d.clock(rows[0][13])
+        by_lease: dict[float, list[tuple[Any, ...]]] = {}
+        for c in rows:
+            by_lease.setdefault(lease_for(lease, c[14], c[15], c[16], default_lease), []).append(c)
+        leased: list[tuple[Any, ...]] = []
+        for seconds, group in by_lease.items():
+            leased += yield from self.lease_rows(group, seconds, now, worker_id)
+        return self.jobs(leased)
+
+    def lease_rows(
+        self, rows: list[tuple[Any, ...]], seconds: float, now: Any, worker_id: str
+    ) -> Plan[list[tuple[Any, ...]]]:
+        """``claim_ids`` of candidate ``rows`` that get the same lease; the rows as leased,
+        with the lease applied last."""
+        until = self.d.later(now, seconds)
+        params = {"ids": self.d.ids([c[0] for c in rows]), "worker_id": worker_id,
+                  "until": until, "now": now}
         r = yield Stmt("claim_ids", params)
-        if r.rowcount != len(rows):
-            # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
-            # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this
-            # claim really leased, as stored.
-            r = yield Stmt("jobs_by_ids", params)
-            tokens = {c[0]: c[8] + 1 for c in rows}
-            return self.jobs([j for j in r.rows if tokens.get(j[0]) == j[8]], lease)
-        # What claim_ids just wrote, from values read under the same lock.
-        leased = [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12])
-                  for c in rows]
-        return self.jobs(leased, lease)
+        if r.rowcount == len(rows):
+            # What claim_ids just wrote, from values read under the same lock.
+            return [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12],
+                     seconds) for c in rows]
+        # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
+        # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this claim
+        # really leased, as stored.
+        r = yield Stmt("jobs_by_ids", params)
+        tokens = {c[0]: c[8] + 1 for c in rows}
+        return [(*j[:13], seconds) for j in r.rows if tokens.get(j[0]) == j[8]]
 
     def claim_branches(self, queues: Sequence[str]) -> Plan[list[dict[str, Any]]]:
         """The parameters of each queue's branch of ``claim_candidates``; no branch, no
@@ -216,7 +362,9 @@ class SqlOps:
         return [{"queue": queue} for queue in queues]
         yield  # unreachable: makes this a plan that runs no statement
 
-    def jobs(self, rows: list[tuple[Any, ...]], lease: float) -> list[Job]:
+    def jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
+        """Leased jobs in claim order from rows of ``JOB_COLUMNS`` followed by the lease
+        applied, in seconds."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
         dt = self.d.dt
         return [
@@ -224,20 +372,21 @@ class SqlOps:
                 id=int(r[0]), queue=r[1], kind=r[2], payload=decode(r[3]), priority=r[4],
                 attempts=r[5], max_attempts=r[6], unique_key=r[7], lease_token=int(r[8]),
                 lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
-                lease=lease,
+                lease=float(r[13]),
             )
             for r in rows
         ]
 
     def renew(self, job_id: int, token: int, extend: float) -> Plan[tuple[datetime, bool]]:
-        params = {"id": job_id, "token": token, "extend": self.d.span(extend)}
-        r = yield Stmt("renew", params)
-        if not r.rowcount:
+        """``renew_many`` of one job, its refusals raised: ``LeaseLost`` for a stale
+        lease, ``TouchLimitExceeded`` when a touch limit refused the extension (nothing
+        was written either way). Returns ``(lease_until, cancel_requested)``."""
+        [outcome] = yield from self.renew_many([(job_id, token, extend)])
+        if outcome is None:
             raise self.lost(job_id, token)
-        if not self.d.returning:
-            r = yield Stmt("lease_of", {"id": job_id})
-        until, cancel_requested = r.rows[0]
-        return self.d.dt(until), bool(cancel_requested)  # type: ignore[return-value]
+        if isinstance(outcome, TouchLimitExceeded):
+            raise outcome
+        return outcome
 
     @staticmethod
     def lost(job_id: int, token: int) -> LeaseLost:
@@ -328,35 +477,54 @@ class SqlOps:
         return [not ok and earlier.get(job_id) == token
                 for (job_id, token, _), ok in zip(items, done, strict=True)]
 
-    def renew_many(
-        self, items: Sequence[tuple[int, int, float]]
-    ) -> Plan[list[tuple[datetime, bool] | None]]:
-        """Extends each ``(id, token, extend)`` still held; per job ``(lease_until,
-        cancel_requested)`` or None when the lease is lost.
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Plan[list[RenewOutcome]]:
+        """Extends each ``(id, token, extend)`` still held, within its queue's touch
+        limits; per job ``(lease_until, cancel_requested)``, None when the lease is lost,
+        or the ``TouchLimitExceeded`` that refused it (see ``RenewOutcome``).
 
-        One fenced ``UPDATE`` per distinct ``extend`` (a worker renews with one), returning
-        the leases where the dialect can; otherwise one read of the renewed rows, which
-        this transaction now holds, so they are exactly the rows it updated."""
-        groups: dict[float, list[tuple[int, int]]] = {}
+        One fenced ``UPDATE ... RETURNING`` per distinct extension (a worker renews with
+        one) of the held jobs whose queues' limits allow the touch: as many statements as
+        before touch limits. Only when some job was not renewed (its lease lost, or its
+        queue's limits said no) does one read of those jobs (``leases_held``) tell which,
+        by ``touch_verdict``; a touch too soon reports the lease as it stands."""
+        first: dict[tuple[int, int], float] = {}
         for job_id, token, extend in items:
-            groups.setdefault(extend, []).append((job_id, token))
-        rows: list[tuple[Any, ...]] = []
-        renewed = 0
-        for extend, pairs in groups.items():
+            first.setdefault((job_id, token), extend)  # a job listed twice is renewed once
+        by_extend: dict[float, list[tuple[int, int]]] = {}
+        for pair, extend in first.items():
+            by_extend.setdefault(extend, []).append(pair)
+        outcomes: dict[tuple[int, int], RenewOutcome] = {}
+        for extend, pairs in by_extend.items():
             params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs),
                       "extend": self.d.span(extend)}
-            r = yield Stmt("renew_held_many", params)
-            rows += r.rows
-            renewed += r.rowcount
-        if renewed and not self.d.returning:
-            pairs = [(job_id, token) for job_id, token, _ in items]
-            params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
-            rows = (yield Stmt("leases_held", params)).rows
-        leases: dict[tuple[int, int], tuple[datetime, bool]] = {
-            (int(job_id), int(token)): (self.d.dt(until), bool(cancel))  # type: ignore[misc]
-            for job_id, token, until, cancel in rows
-        }
-        return [leases.get((job_id, token)) for job_id, token, _ in items]
+            for job_id, token, until, cancel in (yield Stmt("renew_held_many", params)).rows:
+                outcomes[int(job_id), int(token)] = (cast(datetime, self.d.dt(until)),
+                                                     bool(cancel))
+        rest = [pair for pair in first if pair not in outcomes]
+        if rest:
+            params = {"ids": self.d.ids([i for i, _ in rest]), "pairs": self.d.pairs(rest)}
+            for row in (yield Stmt("leases_held", params)).rows:
+                job_id, token = int(row[0]), int(row[1])
+                # "extend" here too: a touch too soon a moment ago, due by now; unwritten.
+                outcomes[job_id, token] = self.touch(job_id, token, row)[1]
+        return [outcomes.get((job_id, token)) for job_id, token, _ in items]
+
+    def touch(
+        self, job_id: int, token: int, row: tuple[Any, ...]
+    ) -> tuple[TouchVerdict, RenewOutcome]:
+        """The ``touch_verdict`` on a held lease from its ``leases_held`` row (``id,
+        lease_token, lease_until, cancel_requested, touches``, the seconds since the lease
+        began and since its last extension, the queue's ``max_touches,
+        max_touch_duration, min_touch_interval, max_lease``, the clock), and its outcome:
+        the refusal, or the lease as it stands."""
+        (_, _, until, cancel, touches, age, quiet, max_touches, max_touch_duration,
+         min_touch_interval, _, _) = row
+        verdict = touch_verdict(touches, age, quiet, max_touches, max_touch_duration,
+                                min_touch_interval)
+        if verdict in ("touches", "duration"):
+            return verdict, touch_refusal(job_id, token, verdict, touches, age,
+                                          max_touch_duration)
+        return verdict, (cast(datetime, self.d.dt(until)), bool(cancel))
 
     def archive(
         self, job_id: int, state: JobState, *, result: str | None, error: str | None
@@ -367,32 +535,70 @@ class SqlOps:
         yield Stmt("delete_job", {"id": job_id})
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Plan[JobState]:
-        attempts, max_attempts, cancel_requested = yield from self.lock_held(job_id, token)
+        held = yield from self.lock_held(job_id, token)
+        return (yield from self.fail_held(job_id, *held, error=error, delay=delay))
+
+    def fail_many(self, items: Sequence[FailItem]) -> Plan[list[JobState | None]]:
+        """``fail`` for each ``(id, token, error, delay)`` in one transaction: one locking
+        read of every job still held (``lock_held_many``), then each job's own write; None
+        (nothing changed) per stale lease."""
+        pairs = list(dict.fromkeys((job_id, token) for job_id, token, _, _ in items))
+        params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
+        r = yield Stmt("lock_held_many", params)
+        held = {(int(row[0]), int(row[1])): (row[2], row[3], bool(row[4])) for row in r.rows}
+        states: list[JobState | None] = []
+        for job_id, token, error, delay in items:
+            lease = held.pop((job_id, token), None)  # a job listed twice fails once
+            if lease is None:
+                states.append(None)
+            else:
+                states.append((yield from self.fail_held(job_id, *lease, error=error,
+                                                         delay=delay)))
+        return states
+
+    def fail_held(
+        self, job_id: int, attempts: int, max_attempts: int, cancel_requested: bool, *,
+        error: str | None, delay: float,
+    ) -> Plan[JobState]:
+        """The failure of a job this transaction holds: cancelled when a cancel was
+        requested, dead when its attempts are used up, else back to the queue after
+        ``delay``; ``failed_at`` set in each case."""
         if cancel_requested:
+            yield Stmt("note_failure", {"id": job_id, "timeout": 0})
             yield from self.archive(job_id, "cancelled", result=None, error=error)
             return "cancelled"
         if attempts >= max_attempts:
-            yield Stmt("to_dead", {"id": job_id, "error": error})
+            params = {"id": job_id, "error": error, "priority": None, "failed": True}
+            yield Stmt("to_dead", params)
             return "dead"
         return (yield from self.reschedule(job_id, delay, error, give_back=0))
 
     def reschedule(
-        self, job_id: int, delay: float, error: str | None, give_back: int
+        self, job_id: int, delay: float, error: str | None, give_back: int,
+        priority: int | None = None,
     ) -> Plan[JobState]:
-        params = {"id": job_id, "delay": self.d.span(delay), "error": error, "give_back": give_back}
+        """Back to the queue after ``delay``: a release (``give_back`` 1, the attempt
+        returned) or a failure (0)."""
+        params = {"id": job_id, "delay": self.d.span(delay), "error": error,
+                  "give_back": give_back, "priority": priority}
         yield Stmt("reschedule", params)
         return "scheduled" if delay > 0 else "available"
 
-    def release(self, job_id: int, token: int, delay: float) -> Plan[JobState]:
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> Plan[JobState]:
         _, _, cancel_requested = yield from self.lock_held(job_id, token)
         if cancel_requested:
             yield from self.archive(job_id, "cancelled", result=None, error=None)
             return "cancelled"
-        return (yield from self.reschedule(job_id, delay, None, give_back=1))
+        return (yield from self.reschedule(job_id, delay, None, give_back=1, priority=priority))
 
-    def bury(self, job_id: int, token: int, reason: str | None) -> Plan[None]:
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> Plan[None]:
         yield from self.lock_held(job_id, token)
-        yield Stmt("to_dead", {"id": job_id, "error": reason})
+        yield Stmt("to_dead", {"id": job_id, "error": reason, "priority": priority,
+                               "failed": False})
 
     # -- operator verbs ------------------------------------------------------------------
 
@@ -444,6 +650,8 @@ class SqlOps:
         return self.info(r.rows[0])
 
     def info(self, r: tuple[Any, ...]) -> JobInfo:
+        """A ``JobInfo`` from a row of ``get_live``'s 27 columns: ``id`` .. ``now``, then
+        reserves, timeouts, releases, buries, kicks, failed_at, updated_at, lease."""
         dt = self.d.dt
         state, available_at, now = r[3], dt(r[9]), dt(r[18])
         if state == "available" and available_at and now and available_at > now:
@@ -454,18 +662,68 @@ class SqlOps:
             available_at=available_at, lease_until=dt(r[10]), worker_id=r[11],
             created_at=dt(r[12]), started_at=dt(r[13]),  # type: ignore[arg-type]
             finished_at=dt(r[14]), result=decode(r[15]), error=r[16],
-            cancel_requested=bool(r[17]),
+            cancel_requested=bool(r[17]), reserves=int(r[19]), timeouts=int(r[20]),
+            releases=int(r[21]), buries=int(r[22]), kicks=int(r[23]), failed_at=dt(r[24]),
+            updated_at=dt(r[25]), lease=None if r[26] is None else float(r[26]),
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
+        """Three reads, as many as before queue settings: ``live_counts`` also returns
+        the age of each queue's oldest due job, and ``queue_rows`` (every settings row,
+        paused or not) replaces the read of the paused queues."""
         counts: dict[str, dict[str, Any]] = {}
-        for name in ("live_counts", "history_counts"):
-            r = yield Stmt(name)
-            for queue, state, n in r.rows:
-                counts.setdefault(queue, {})[state] = int(n)
-        for (queue,) in (yield Stmt("paused_queues")).rows:
-            counts.setdefault(queue, {})["paused"] = True
+        for queue, state, n, age in (yield Stmt("live_counts")).rows:
+            c = counts.setdefault(queue, {})
+            c[state] = int(n)
+            if state == "available" and age is not None:
+                c["oldest_available_age"] = max(0.0, float(age))  # clock steps
+        for queue, state, n in (yield Stmt("history_counts")).rows:
+            counts.setdefault(queue, {})[state] = int(n)
+        for queue, paused in (yield Stmt("queue_rows")).rows:
+            counts.setdefault(queue, {})["paused"] = bool(paused)
         return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
+
+    def peek(self, queue: str, state: PeekState, limit: int) -> Plan[list[JobInfo]]:
+        """One read by the index that holds the state in the wanted order (see the
+        ``peek_*`` queries)."""
+        r = yield Stmt(f"peek_{state}", {"queue": queue, "limit": limit})
+        return [self.info(row) for row in r.rows]
+
+    def configure_queue(
+        self, queue: str, changes: Mapping[str, int | float | None]
+    ) -> Plan[QueueConfig]:
+        """One upsert whose text names every setting: ``set_<name>`` says which to
+        change, so the statement never depends on the call."""
+        unknown = set(changes) - set(QUEUE_SETTINGS)
+        if unknown:
+            raise InvalidArgument(f"unknown queue settings {sorted(unknown)}")
+        params: dict[str, Any] = {"queue": queue}
+        for name in QUEUE_SETTINGS:
+            params[name] = changes.get(name)
+            params[f"set_{name}"] = name in changes
+        r = yield Stmt("configure_queue", params)
+        if not self.d.returning:
+            r = yield Stmt("queue_config", {"queue": queue})
+        return self.config(r.rows[0])
+
+    def queue_configs(self) -> Plan[dict[str, QueueConfig]]:
+        r = yield Stmt("queue_configs")
+        return {row[0]: self.config(row) for row in r.rows}
+
+    @staticmethod
+    def config(row: tuple[Any, ...]) -> QueueConfig:
+        """A ``QueueConfig`` from ``(name, *QUEUE_SETTINGS)``, with each value the type
+        its field declares (SQLite's REAL columns hand back 30.0 for 30, MySQL's
+        computed values may come as Decimal)."""
+        values: dict[str, Any] = {
+            name: None if value is None else int(value) if name in INT_SETTINGS else float(value)
+            for name, value in zip(QUEUE_SETTINGS, row[1:], strict=True)
+        }
+        return QueueConfig(row[0], **values)
+
+    def server_version(self) -> Plan[str]:
+        r = yield Stmt("server_version")
+        return str(r.rows[0][0])
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int
@@ -489,12 +747,15 @@ class SqlOps:
     # -- maintenance ---------------------------------------------------------------------
 
     def reclaim(self, limit: int) -> Plan[int]:
+        """Expired leases back to the queue, to dead, or (cancel requested) to history,
+        each counted as a timeout and a failure; then ``discard_expired_dead``."""
         r = yield Stmt("expired_leases", {"limit": limit})
         again: list[int] = []
         dead: list[int] = []
         reclaimed = 0
         for job_id, attempts, max_attempts, cancel_requested in r.rows:
             if cancel_requested:
+                yield Stmt("note_failure", {"id": job_id, "timeout": 1})
                 yield from self.archive(job_id, "cancelled", result=None, error="lease expired")
                 reclaimed += 1
             elif attempts >= max_attempts:
@@ -506,7 +767,23 @@ class SqlOps:
         if dead:
             params = {"ids": self.d.ids(dead), "error": "lease expired"}
             reclaimed += (yield Stmt("reclaim_to_dead", params)).rowcount
-        return reclaimed
+        return reclaimed + (yield from self.discard_expired_dead(limit))
+
+    def discard_expired_dead(self, limit: int) -> Plan[int]:
+        """Up to ``limit`` dead jobs kept longer than their queue's ``dead_retention`` →
+        discarded (history, last error kept)."""
+        expired = yield from self.expired_dead(limit)
+        if not expired:
+            return 0
+        ids = self.d.ids(expired)
+        yield Stmt("archive_dead", {"ids": ids})
+        return (yield Stmt("delete_dead", {"ids": ids})).rowcount
+
+    def expired_dead(self, limit: int) -> Plan[list[int]]:
+        """The ids of up to ``limit`` expired dead jobs, locked: one statement, which
+        reads only the settings rows when no queue sets a retention."""
+        r = yield Stmt("expired_dead", {"limit": limit})
+        return [int(row[0]) for row in r.rows]
 
     def drop(self) -> Plan[None]:
         """Removes every table of this prefix (benchmarks and tests clean up with it)."""

@@ -13,7 +13,7 @@ import asyncio
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
@@ -24,7 +24,7 @@ from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.runner import AsyncRunner, Pool, PooledSyncRunner
-from leaseq.backends.base import NewJob
+from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -41,6 +41,7 @@ DUPLICATE_KEY = 1062
 DISCONNECTS = {2003, 2006, 2013, 2055, 0}
 BATCH_BYTES = 4 * 1024 * 1024  # per multi-row INSERT; stays far below max_allowed_packet
 ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+EPOCH = datetime(1970, 1, 1)  # naive, as DATETIME(6) values read back are
 
 
 class MysqlDialect(Dialect):
@@ -65,6 +66,16 @@ class MysqlDialect(Dialect):
         # DATE_ADD(now, INTERVAL span MICROSECOND), in Python: both exact to the µs.
         return now + timedelta(microseconds=self.span(seconds))
 
+    def dt(self, value: Any) -> datetime | None:
+        # The claim's and the renewal's reads return times as microseconds since the
+        # epoch: PyMySQL decodes an integer far faster than a DATETIME.
+        if isinstance(value, int):
+            return self.clock(value).replace(tzinfo=timezone.utc)
+        return super().dt(value)
+
+    def clock(self, value: Any) -> datetime:
+        return EPOCH + timedelta(microseconds=value)  # naive UTC, as DATETIME(6) binds
+
     def row(self, job: NewJob) -> dict[str, Any]:
         return {**super().row(job), "tag": 0}
 
@@ -72,12 +83,63 @@ class MysqlDialect(Dialect):
 class MysqlOps(SqlOps):
     """A claim first finds where each queue's due jobs begin (``claim_starts``), so that
     its locking read starts there instead of at the not-yet-purged entries of jobs
-    claimed before."""
+    claimed before. A batch renewal reads before it writes, for want of ``RETURNING``;
+    reclaim finds expired dead jobs queue by queue."""
 
     def claim_branches(self, queues: Sequence[str]) -> Plan[list[dict[str, Any]]]:
         r = yield self.d.each("claim_starts", [{"queue": queue} for queue in queues], {})
         return [{"queue": queue, "from_priority": priority, "from_at": at, "from_id": job_id}
                 for queue, priority, at, job_id in r.rows]
+
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Plan[list[RenewOutcome]]:
+        """Read first, then write: without ``UPDATE ... RETURNING`` the renewed leases
+        would have to be read back, and a read after the update could no longer tell a
+        job this update renewed from one it left alone.
+
+        Two statements, as many as before touch limits: one locking read of the held rows
+        with their touch counts, their queues' limits and the database's clock
+        (``leases_held``), judged by ``touch_verdict``; then one fenced ``UPDATE`` per
+        distinct extension of the jobs to extend, to that clock plus the extension,
+        computed as the database would, so what it stores is reported without a re-read.
+        """
+        pairs = list(dict.fromkeys((job_id, token) for job_id, token, _ in items))
+        params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
+        r = yield Stmt("leases_held", params)
+        held = {(int(row[0]), int(row[1])): row for row in r.rows}
+        outcomes: dict[tuple[int, int], RenewOutcome] = {}
+        extend_by: dict[float, list[tuple[int, int]]] = {}
+        now = self.d.clock(r.rows[0][11]) if r.rows else None  # the same on every row
+        for job_id, token, extend in items:
+            row = held.pop((job_id, token), None)  # a job listed twice is renewed once
+            if row is None:
+                continue
+            verdict, outcomes[job_id, token] = self.touch(job_id, token, row)
+            if verdict == "extend":
+                max_lease = row[10]
+                seconds = extend if max_lease is None else min(extend, max_lease)
+                extend_by.setdefault(seconds, []).append((job_id, token))
+                until = self.d.later(now, seconds)  # what renew_held_many stores
+                outcomes[job_id, token] = (cast(datetime, self.d.dt(until)), bool(row[3]))
+        for seconds, keys in extend_by.items():
+            params = {"ids": self.d.ids([i for i, _ in keys]), "pairs": self.d.pairs(keys),
+                      "until": self.d.later(now, seconds), "now": now}
+            renewed = (yield Stmt("renew_held_many", params)).rowcount
+            if renewed != len(keys):
+                # leases_held locked these rows, so all of them match.
+                raise BackendError(f"renewed {renewed} of {len(keys)} held leases; rolled back")
+        return [outcomes.get((job_id, token)) for job_id, token, _ in items]
+
+    def expired_dead(self, limit: int) -> Plan[list[int]]:
+        """A plain read of the queues that set a ``dead_retention`` (usually none: then
+        nothing more), then one locking read of each one's dead jobs; see
+        ``expired_dead`` in queries.sql for why not one statement."""
+        r = yield Stmt("retention_queues")
+        if not r.rows:
+            return []
+        branches = [{"queue": queue, "retention": self.d.span(seconds)}
+                    for queue, seconds in r.rows]
+        r = yield self.d.each("expired_dead", branches, {"limit": limit})
+        return sorted(int(row[0]) for row in r.rows)[:limit]
 
 
 def code(exc: BaseException) -> int | None:

@@ -1,24 +1,33 @@
 -- MySQL 8.0.1+ / MariaDB 10.6+ queries, one text for both. Sessions run READ COMMITTED
 -- (no gap locks on the claim path). "now" is UTC_TIMESTAMP(6); durations arrive as whole
 -- microseconds. No UPDATE ... RETURNING here: a claim returns what its locking read saw,
--- updated as claim_ids updates it; a batch renewal re-reads the rows it holds.
+-- updated as claim_ids updates it; a batch renewal reads (and locks) the rows it will
+-- renew first, and stores the lease it computed from that read's clock.
 
 -- name: insert_job
+-- For jobs without a lease of their own; insert_leased_job stores one.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           lease_token, available_at, created_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
         UTC_TIMESTAMP(6));
+
+-- name: insert_leased_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          lease_token, available_at, created_at, lease)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
+        COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
+        UTC_TIMESTAMP(6), :lease);
 
 -- name: batch_ids
 SELECT id FROM {prefix}jobs WHERE id >= :first AND lease_token = :tag ORDER BY id;
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          lease_token, available_at, created_at)
+                          lease_token, available_at, created_at, lease)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
-        UTC_TIMESTAMP(6));
+        UTC_TIMESTAMP(6), :lease);
 
 -- name: find_unique
 -- A locking read sees the newest committed twin even in the caller's REPEATABLE READ.
@@ -46,9 +55,18 @@ LIMIT 1;
 -- The paused check is a plain read too: it locks no queues row. FORCE INDEX: as a UNION
 -- branch MariaDB otherwise plans a full scan and a filesort, and a filesort under
 -- FOR UPDATE locks every row it reads.
+-- Times come as microseconds since the epoch (MysqlDialect.dt and .clock): PyMySQL
+-- decodes each DATETIME value in Python, which took a third of this read's time.
+-- Last come what ops.lease_for needs: the job's own lease and its queue's default_lease
+-- and max_lease, by subqueries, which a locking read does not lock (a join would lock the
+-- settings row) and which do not depend on the row, so they run once per branch.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), lease_token, NULL, NULL, created_at,
-       available_at, UTC_TIMESTAMP(6)
+       CONVERT(unique_key USING utf8mb4), lease_token, NULL, NULL,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at),
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), lease,
+       (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
+       (SELECT max_lease FROM {prefix}queues WHERE name = :queue)
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
   AND (sort_priority > :from_priority
@@ -61,68 +79,98 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: claim_ids
 -- Only rows claim_candidates locked in this transaction; :now and :until derive from its
--- UTC_TIMESTAMP(6), so the lease returned is the lease stored.
+-- UTC_TIMESTAMP(6), so the lease returned is the lease stored. Run once per distinct lease.
 UPDATE {prefix}jobs FORCE INDEX (PRIMARY)
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    worker_id = :worker_id, lease_until = :until, started_at = COALESCE(started_at, :now)
+    worker_id = :worker_id, lease_until = :until, started_at = COALESCE(started_at, :now),
+    touches = 0, leased_at = :now, touched_at = NULL, reserves = reserves + 1,
+    updated_at = :now
 WHERE id IN :ids AND state = 'available';
 
 -- name: jobs_by_ids
--- The claim's fallback, should claim_ids ever update other rows than it read.
+-- The claim's fallback, should claim_ids ever update other rows than it read; times in
+-- microseconds since the epoch, as claim_candidates returns them.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), lease_token, lease_until, worker_id, created_at,
-       available_at
+       CONVERT(unique_key USING utf8mb4), lease_token,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', lease_until), worker_id,
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at)
 FROM {prefix}jobs
 WHERE id IN :ids AND state = 'running' AND worker_id = :worker_id AND lease_until = :until;
-
--- name: renew
-UPDATE {prefix}jobs
-SET lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :extend MICROSECOND)
-WHERE id = :id AND lease_token = :token AND state = 'running';
-
--- name: lease_of
-SELECT lease_until, cancel_requested FROM {prefix}jobs WHERE id = :id;
 
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running'
 FOR UPDATE;
 
+-- name: lock_held_many
+-- fail_many: the rows still held under the presented tokens, locked (by primary key, in
+-- id order, so two batches cannot deadlock).
+SELECT id, lease_token, attempts, max_attempts, cancel_requested
+FROM {prefix}jobs FORCE INDEX (PRIMARY)
+WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running'
+ORDER BY id
+FOR UPDATE;
+
 -- name: archive
+-- The history row keeps the counters; its updated_at is the finish.
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
-       created_at, started_at, UTC_TIMESTAMP(6), lease_token
+       created_at, started_at, UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
+       UTC_TIMESTAMP(6)
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
 DELETE FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
-UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL,
-       last_error = COALESCE(:error, last_error)
+-- bury (:failed false) or a failure with attempts used up (:failed true); :priority NULL
+-- keeps the job's priority (sort_priority follows it).
+UPDATE {prefix}jobs
+SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error, last_error),
+    priority = COALESCE(:priority, priority), buries = buries + 1,
+    failed_at = CASE WHEN :failed THEN UTC_TIMESTAMP(6) ELSE failed_at END,
+    updated_at = UTC_TIMESTAMP(6)
 WHERE id = :id;
 
 -- name: reschedule
+-- :give_back is 1 for a release (the attempt comes back; counted as a release) and 0 for
+-- a failure (counted by failed_at); :priority NULL keeps the job's priority.
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
+    releases = releases + :give_back, priority = COALESCE(:priority, priority),
     available_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND),
-    last_error = COALESCE(:error, last_error)
+    last_error = COALESCE(:error, last_error),
+    failed_at = CASE WHEN :give_back = 0 THEN UTC_TIMESTAMP(6) ELSE failed_at END,
+    updated_at = UTC_TIMESTAMP(6)
+WHERE id = :id;
+
+-- name: note_failure
+-- Before a failed or timed-out job that was asked to cancel goes to history: the failure
+-- (and, :timeout 1, the timeout) recorded on the row that archive copies.
+UPDATE {prefix}jobs SET failed_at = UTC_TIMESTAMP(6), timeouts = timeouts + :timeout
 WHERE id = :id;
 
 -- name: kick
-UPDATE {prefix}jobs SET state = 'available', attempts = 0, available_at = UTC_TIMESTAMP(6)
+UPDATE {prefix}jobs
+SET state = 'available', attempts = 0, available_at = UTC_TIMESTAMP(6), kicks = kicks + 1,
+    updated_at = UTC_TIMESTAMP(6)
 WHERE queue = :queue AND state = 'dead'
 ORDER BY id LIMIT :limit;
 
 -- name: retry_job
--- MySQL applies SET assignments left to right, so attempts is set before state changes.
+-- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
+-- MySQL applies SET assignments left to right, so attempts and kicks are set before state
+-- changes.
 UPDATE {prefix}jobs
-SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END, state = 'available',
-    available_at = UTC_TIMESTAMP(6)
+SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+    kicks = kicks + CASE WHEN state = 'dead' THEN 1 ELSE 0 END, state = 'available',
+    available_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
 WHERE id = :id
   AND (state = 'dead' OR (state = 'available' AND available_at > UTC_TIMESTAMP(6)));
 
@@ -146,23 +194,32 @@ UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
 -- name: get_live
+-- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
+-- creation until the first state change) and the job's own lease.
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
-       started_at, NULL, NULL,
-       last_error, cancel_requested, UTC_TIMESTAMP(6)
+       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: get_history
+-- get_live's columns as history keeps them (rows archived before migration 0004 have no
+-- updated_at: their finish is their last change).
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       UTC_TIMESTAMP(6)
+       UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
+-- Per queue and state, the count and, for the due jobs (bucket 'available'), how long the
+-- oldest has waited in seconds (ignored for the other buckets).
 SELECT queue,
        CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
             ELSE state END AS bucket,
-       COUNT(*)
+       COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(available_at), UTC_TIMESTAMP(6)) / 1e6
 FROM {prefix}jobs GROUP BY queue, bucket;
 
 -- name: history_counts
@@ -177,12 +234,47 @@ FOR UPDATE SKIP LOCKED;
 -- name: reclaim_to_available
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, available_at = UTC_TIMESTAMP(6),
-    last_error = 'lease expired'
+    last_error = 'lease expired', timeouts = timeouts + 1, failed_at = UTC_TIMESTAMP(6),
+    updated_at = UTC_TIMESTAMP(6)
 WHERE id IN :ids AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6);
 
 -- name: reclaim_to_dead
-UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL, last_error = :error
+UPDATE {prefix}jobs
+SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
+    buries = buries + 1, failed_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
 WHERE id IN :ids AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6);
+
+-- name: retention_queues
+-- reclaim: the queues whose dead jobs expire, by a plain read (usually none, and then
+-- nothing more is read).
+SELECT name, dead_retention FROM {prefix}queues WHERE dead_retention IS NOT NULL;
+
+-- name: expired_dead
+-- One retention queue's dead jobs that went dead (or were made) more than :retention
+-- microseconds ago (several queues: one UNION ALL, a branch each), locked, along the
+-- queue's dead range of the claim index. A join with the queues table would lock its
+-- rows, and as one statement over all queues MariaDB reads every dead job by the lease
+-- index. No ORDER BY: under FOR UPDATE a filesort would lock every dead job it sorts.
+SELECT id FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+WHERE queue = :queue AND state = 'dead'
+  AND COALESCE(updated_at, created_at)
+      < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :retention MICROSECOND)
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: archive_dead
+-- expired_dead's jobs (locked) → discarded, their last error kept.
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
+SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
+       max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6)
+FROM {prefix}jobs FORCE INDEX (PRIMARY) WHERE id IN :ids AND state = 'dead';
+
+-- name: delete_dead
+DELETE FROM {prefix}jobs WHERE id IN :ids AND state = 'dead';
 
 -- name: prune
 DELETE FROM {prefix}history
@@ -219,7 +311,9 @@ SELECT name FROM {prefix}queues WHERE paused = 1 ORDER BY name;
 -- name: list_live
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
-       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6)
+       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
 FROM {prefix}jobs
 WHERE id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR :state =
@@ -230,7 +324,9 @@ ORDER BY id LIMIT :limit;
 -- name: list_history
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       UTC_TIMESTAMP(6)
+       UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease
 FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
@@ -242,10 +338,11 @@ ORDER BY id LIMIT :limit;
 -- INDEX: a scan of the lease index would wait on other transactions' running rows.
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6)
 FROM {prefix}jobs FORCE INDEX (PRIMARY)
 WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running'
 FOR UPDATE;
@@ -254,10 +351,11 @@ FOR UPDATE;
 -- archive_held_many for one job that has a result.
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6)
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running'
 FOR UPDATE;
@@ -270,16 +368,32 @@ FOR UPDATE;
 DELETE j FROM {prefix}jobs AS j FORCE INDEX (PRIMARY)
 WHERE j.id IN :ids AND (j.id, j.lease_token) IN :pairs AND j.state = 'running';
 
--- name: renew_held_many
-UPDATE {prefix}jobs FORCE INDEX (PRIMARY)
-SET lease_until = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :extend MICROSECOND)
-WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running';
-
 -- name: leases_held
--- After renew_held_many in the same transaction: the rows it renewed, which this
--- transaction holds until it commits (MySQL has no UPDATE ... RETURNING).
-SELECT id, lease_token, lease_until, cancel_requested
-FROM {prefix}jobs FORCE INDEX (PRIMARY)
+-- renew_many, first: the rows still held under the presented tokens, locked, with what
+-- ops.touch_verdict needs (this lease's touches, the seconds since it began and since its
+-- last extension, the queue's touch limits and max_lease, by subqueries: a join would
+-- lock the settings row) and the database's clock, from which renew_held_many's :until
+-- is computed, so no re-read is needed. Times as numbers (lease_until and the clock in
+-- microseconds since the epoch, MysqlDialect.dt): the driver decodes each DATETIME value
+-- in Python, at several microseconds apiece, and such decodes were most of this read's time.
+SELECT id, lease_token, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', lease_until),
+       cancel_requested, touches,
+       TIMESTAMPDIFF(MICROSECOND, leased_at, UTC_TIMESTAMP(6)) / 1e6,
+       TIMESTAMPDIFF(MICROSECOND, COALESCE(touched_at, leased_at), UTC_TIMESTAMP(6)) / 1e6,
+       (SELECT max_touches FROM {prefix}queues WHERE name = j.queue),
+       (SELECT max_touch_duration FROM {prefix}queues WHERE name = j.queue),
+       (SELECT min_touch_interval FROM {prefix}queues WHERE name = j.queue),
+       (SELECT max_lease FROM {prefix}queues WHERE name = j.queue),
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))
+FROM {prefix}jobs AS j FORCE INDEX (PRIMARY)
+WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running'
+FOR UPDATE;
+
+-- name: renew_held_many
+-- The jobs leases_held locked and touch_verdict let extend by the same amount: :until is
+-- leases_held's clock (:now) plus that amount, added as the database would add it.
+UPDATE {prefix}jobs FORCE INDEX (PRIMARY)
+SET lease_until = :until, touches = touches + 1, touched_at = :now
 WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running';
 
 -- name: drop_tables
@@ -289,3 +403,118 @@ DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migr
 -- Jobs already completed, with the token that completed them: a retried ack whose first
 -- attempt committed finds its own token here and is a success, not a LeaseLost.
 SELECT id, lease_token FROM {prefix}history WHERE id IN :ids AND state = 'completed';
+
+-- Enqueue limits, queue settings, peek, server version (issue 11) ------------------------
+
+-- name: lock_queue_cap
+-- enqueue into a queue with max_jobs: the settings row stays locked until commit, so the
+-- enqueuers of one capped queue count its jobs one after another.
+SELECT max_jobs FROM {prefix}queues WHERE name = :queue FOR UPDATE;
+
+-- name: live_count
+-- The queue's live jobs (every state), a range of the claim index, which leads with queue
+-- and covers the query; the count stops at :cap rows, as only whether it exceeds max_jobs
+-- matters.
+SELECT COUNT(*) FROM (SELECT 1 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+                      WHERE queue = :queue LIMIT :cap) AS live;
+
+-- name: delete_new_jobs
+-- Takes back rows this transaction inserted (a batch over max_jobs, a unique_for twin).
+DELETE FROM {prefix}jobs WHERE id IN :ids;
+
+-- name: recent_twin
+-- The newest job of the same key that finished less than :unique_for microseconds ago. Run
+-- after this transaction's own insert of the key succeeded: a twin that was live then had
+-- committed its move to history. A locking read, so a caller's REPEATABLE READ snapshot
+-- cannot hide it. history.unique_key is VARCHAR, where 'k' = 'k ' (PAD SPACE): equal
+-- lengths make the comparison exact.
+SELECT id FROM {prefix}history
+WHERE queue = :queue AND unique_key = :unique_key
+  AND LENGTH(unique_key) = LENGTH(:unique_key)
+  AND finished_at > DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :unique_for MICROSECOND)
+ORDER BY finished_at DESC, id DESC
+LIMIT 1
+LOCK IN SHARE MODE;
+
+-- name: peek_available
+-- Due jobs in claim order, along the claim index; the 27 columns of get_live. The peeks
+-- force the claim index, which leads with (queue, state): left to itself the optimizer
+-- took the unique index (every state of the queue) or the lease index (every queue's dead
+-- jobs).
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
+       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
+ORDER BY sort_priority, available_at, id
+LIMIT :limit;
+
+-- name: peek_scheduled
+-- Jobs not yet due, soonest first: the queue's available range of the claim index, sorted.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
+       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+WHERE queue = :queue AND state = 'available' AND available_at > UTC_TIMESTAMP(6)
+ORDER BY available_at, id
+LIMIT :limit;
+
+-- name: peek_dead
+-- Newest dead jobs first: the queue's dead range of the claim index, sorted.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
+       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
+       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+WHERE queue = :queue AND state = 'dead'
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: configure_queue
+-- Upsert of the settings row: a new row takes the given values (NULL for the rest) and is
+-- not paused; an existing row changes only the columns whose :set_<name> is true.
+-- queue_config reads the result back (no RETURNING in MySQL).
+INSERT INTO {prefix}queues (name, paused, updated_at, max_attempts, base_backoff,
+                            max_backoff, jitter, default_lease, max_lease, max_jobs,
+                            max_touches, max_touch_duration, min_touch_interval,
+                            dead_retention)
+VALUES (:queue, 0, UTC_TIMESTAMP(6), :max_attempts, :base_backoff, :max_backoff, :jitter,
+        :default_lease, :max_lease, :max_jobs, :max_touches, :max_touch_duration,
+        :min_touch_interval, :dead_retention)
+ON DUPLICATE KEY UPDATE
+    max_attempts = IF(:set_max_attempts, :max_attempts, max_attempts),
+    base_backoff = IF(:set_base_backoff, :base_backoff, base_backoff),
+    max_backoff = IF(:set_max_backoff, :max_backoff, max_backoff),
+    jitter = IF(:set_jitter, :jitter, jitter),
+    default_lease = IF(:set_default_lease, :default_lease, default_lease),
+    max_lease = IF(:set_max_lease, :max_lease, max_lease),
+    max_jobs = IF(:set_max_jobs, :max_jobs, max_jobs),
+    max_touches = IF(:set_max_touches, :max_touches, max_touches),
+    max_touch_duration = IF(:set_max_touch_duration, :max_touch_duration,
+                            max_touch_duration),
+    min_touch_interval = IF(:set_min_touch_interval, :min_touch_interval,
+                            min_touch_interval),
+    dead_retention = IF(:set_dead_retention, :dead_retention, dead_retention),
+    updated_at = UTC_TIMESTAMP(6);
+
+-- name: queue_config
+SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
+       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention
+FROM {prefix}queues WHERE name = :queue;
+
+-- name: queue_configs
+SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
+       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention
+FROM {prefix}queues ORDER BY name;
+
+-- name: queue_rows
+-- stats: every queue with a settings row, and whether it is paused.
+SELECT name, paused FROM {prefix}queues;
+
+-- name: server_version
+SELECT VERSION();

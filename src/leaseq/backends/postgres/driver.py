@@ -6,19 +6,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from leaseq._core.job import Job
 from leaseq._core.settings import Settings
 from leaseq.backends._sql.backend import SqlBackend
-from leaseq.backends._sql.ops import Dialect, SqlOps
+from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
-from leaseq.backends.base import NewJob
+from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -44,16 +46,23 @@ class PostgresDialect(Dialect):
         # Workers LISTEN on "<prefix>jobs"; the insert notifies it.
         return {**super().row(job), "channel": f"{self.prefix}jobs"}
 
+    def pairs(self, pairs: Sequence[tuple[int, int]]) -> Any:
+        # One JSON array of [id, token] (json_array_elements unpacks it): psycopg has no
+        # adapter for a list of row values.
+        return json.dumps([list(pair) for pair in pairs])
+
 
 class PostgresOps(SqlOps):
     """PostgreSQL claims a batch and completes a job in one statement each."""
 
     def claim(
-        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
-    ) -> Plan[list[Any]]:
-        params = {"queues": list(queues), "limit": limit, "lease": lease, "worker_id": worker_id}
+        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
+        default_lease: float = 30.0,
+    ) -> Plan[list[Job]]:
+        params = {"queues": list(queues), "limit": limit, "lease": lease,
+                  "default_lease": default_lease, "worker_id": worker_id}
         r = yield Stmt("claim", params)
-        return self.jobs(r.rows, lease)
+        return self.jobs(r.rows)
 
     # These plans are one statement here, atomic without BEGIN/COMMIT round trips.
     SINGLE = frozenset({"claim", "complete", "complete_many", "renew", "renew_many"})
@@ -82,14 +91,21 @@ class PostgresOps(SqlOps):
         already = yield from self.already_done(items, done)
         return [ok or again for ok, again in zip(done, already, strict=True)]
 
-    def renew_many(
-        self, items: Sequence[tuple[int, int, float]]
-    ) -> Plan[list[Any]]:
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Plan[list[RenewOutcome]]:
+        """One statement reads the held rows with their queues' touch limits, decides as
+        ``touch_verdict`` does, and extends the leases it may (see ``renew_many`` in
+        queries.sql)."""
         params = {"ids": [i for i, _, _ in items], "tokens": [t for _, t, _ in items],
                   "extends": [e for _, _, e in items]}
         r = yield Stmt("renew_many", params)
-        renewed = {row[0]: (self.d.dt(row[1]), bool(row[2])) for row in r.rows}
-        return [renewed.get(job_id) for job_id, _, _ in items]
+        outcomes: dict[tuple[int, int], RenewOutcome] = {}
+        for job_id, token, verdict, until, cancel, touches, age, max_touch_duration in r.rows:
+            if verdict in ("touches", "duration"):
+                outcomes[job_id, token] = touch_refusal(job_id, token, verdict, touches, age,
+                                                        max_touch_duration)
+            else:  # extended, or touched too soon to write
+                outcomes[job_id, token] = (cast(datetime, self.d.dt(until)), bool(cancel))
+        return [outcomes.get((job_id, token)) for job_id, token, _ in items]
 
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
         if len(jobs) == 1:
@@ -110,6 +126,8 @@ def json_rows(jobs: Sequence[NewJob]) -> str:
         when = f',"ra":"{job.run_at.isoformat()}"' if job.run_at is not None else ""
         if job.delay:
             when += f',"d":{job.delay!r}'
+        if job.lease is not None:
+            when += f',"l":{job.lease!r}'
         parts.append(f'{{"q":{queue},"k":{kind},"p":{job.payload},"pr":{job.priority},'
                      f'"ma":{job.max_attempts}{when}}}')
     return f"[{','.join(parts)}]"

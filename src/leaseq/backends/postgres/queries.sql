@@ -3,33 +3,42 @@
 
 -- name: insert_job
 -- pg_notify wakes LISTENing workers at commit (identical notifications in one transaction
--- are delivered once), without a round trip of its own.
+-- are delivered once), without a round trip of its own. For jobs without a lease of their
+-- own; insert_leased_job stores one.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           available_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)))
 RETURNING id, pg_notify(:channel, queue);
 
+-- name: insert_leased_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          available_at, lease)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
+        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease)
+RETURNING id, pg_notify(:channel, queue);
+
 -- name: insert_jobs
 -- The batch arrives as one JSON array of objects {q: queue, k: kind, p: payload,
--- pr: priority, ma: max_attempts, ra: run_at, d: delay} (ra and d left out when unset),
--- the payload embedded as the JSON text leaseq encoded. json_to_recordset parses each
--- object once into typed columns, and as type json (not jsonb) p keeps its text byte for
--- byte; one JSON parameter costs far less to send than seven arrays of text.
-INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, available_at)
+-- pr: priority, ma: max_attempts, ra: run_at, d: delay, l: lease} (ra, d and l left out
+-- when unset), the payload embedded as the JSON text leaseq encoded. json_to_recordset
+-- parses each object once into typed columns, and as type json (not jsonb) p keeps its
+-- text byte for byte; one JSON parameter costs far less to send than eight arrays of text.
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, available_at, lease)
 SELECT r.q, r.k, COALESCE(r.p::text, 'null'), r.pr, r.ma,
-       COALESCE(r.ra, now() + make_interval(secs => COALESCE(r.d, 0)))
+       COALESCE(r.ra, now() + make_interval(secs => COALESCE(r.d, 0))), r.l
 FROM ROWS FROM (json_to_recordset(:rows::json)
-                AS (q text, k text, p json, pr integer, ma integer, ra timestamptz, d float8))
-     WITH ORDINALITY AS r(q, k, p, pr, ma, ra, d, n)
+                AS (q text, k text, p json, pr integer, ma integer, ra timestamptz, d float8,
+                    l float8))
+     WITH ORDINALITY AS r(q, k, p, pr, ma, ra, d, l, n)
 ORDER BY r.n
 RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at)
+                          available_at, lease)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
-        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)))
+        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id, pg_notify(:channel, queue);
 
@@ -37,41 +46,59 @@ RETURNING id, pg_notify(:channel, queue);
 SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 
 -- name: claim
--- One statement claims a batch. Per queue, a LATERAL probe walks the claim index in order
--- and locks what it takes, skipping rows other claimers hold; the probes' rows are merged
--- into the global order. MATERIALIZED keeps the planner from re-running the locking
--- subquery per updated row, which could claim more than :limit rows.
-WITH picked AS MATERIALIZED (
-    SELECT c.id
+-- One statement claims a batch. settings: each named queue's settings row, read once per
+-- queue (not per job) and not locked; a paused queue drops out here, so it is never
+-- probed. Per remaining queue, a LATERAL probe walks the claim index in order and locks
+-- what it takes, skipping rows other claimers hold; the probes' rows are merged into the
+-- global order. MATERIALIZED keeps the planner from re-running the locking subquery per
+-- updated row, which could claim more than :limit rows, and keeps the paused check ahead
+-- of the probes. Each job's lease (returned last): :lease when given, else the job's own,
+-- else its queue's default_lease, else :default_lease; capped by the queue's max_lease
+-- (LEAST ignores NULL), as ops.lease_for says.
+WITH settings AS MATERIALIZED (
+    SELECT q.name, s.default_lease, s.max_lease
     FROM unnest(:queues::text[]) AS q(name)
+    LEFT JOIN {prefix}queues AS s ON s.name = q.name
+    WHERE s.paused IS NOT TRUE
+), picked AS MATERIALIZED (
+    SELECT c.id,
+           LEAST(COALESCE(:lease::float8, c.lease, q.default_lease, :default_lease::float8),
+                 q.max_lease) AS seconds
+    FROM settings AS q
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at FROM {prefix}jobs
+        SELECT id, priority, available_at, lease FROM {prefix}jobs
         WHERE queue = q.name AND state = 'available' AND available_at <= now()
         ORDER BY priority DESC, available_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM {prefix}queues AS p WHERE p.name = q.name AND p.paused)
     ORDER BY c.priority DESC, c.available_at, c.id
     LIMIT :limit
 )
 UPDATE {prefix}jobs AS j
 SET state = 'running', attempts = j.attempts + 1, lease_token = j.lease_token + 1,
-    worker_id = :worker_id, lease_until = now() + make_interval(secs => :lease),
-    started_at = COALESCE(j.started_at, now())
+    worker_id = :worker_id, lease_until = now() + make_interval(secs => picked.seconds),
+    started_at = COALESCE(j.started_at, now()), touches = 0, leased_at = now(),
+    touched_at = NULL, reserves = j.reserves + 1, updated_at = now()
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.unique_key, j.lease_token, j.lease_until, j.worker_id, j.created_at,
-          j.available_at;
-
--- name: renew
-UPDATE {prefix}jobs SET lease_until = now() + make_interval(secs => :extend)
-WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING lease_until, cancel_requested;
+          j.available_at, picked.seconds;
 
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running'
+FOR UPDATE;
+
+-- name: lock_held_many
+-- fail_many: the rows still held under the presented tokens (:pairs is a JSON array of
+-- [id, lease_token]), locked in id order so that two batches cannot deadlock.
+SELECT id, lease_token, attempts, max_attempts, cancel_requested FROM {prefix}jobs
+WHERE id = ANY(:ids)
+  AND (id, lease_token) IN (SELECT (p->>0)::bigint, (p->>1)::bigint
+                            FROM json_array_elements(:pairs::json) AS p)
+  AND state = 'running'
+ORDER BY id
 FOR UPDATE;
 
 -- name: complete_held
@@ -82,46 +109,68 @@ WITH done AS (
 )
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
-       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token
+       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
 FROM done
 RETURNING id;
 
 -- name: archive
+-- The history row keeps the counters; its updated_at is the finish.
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
-       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token
+       priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
+       lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
 DELETE FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
-UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL,
-       last_error = COALESCE(:error::text, last_error)
+-- bury (:failed false) or a failure with attempts used up (:failed true); :priority NULL
+-- keeps the job's priority.
+UPDATE {prefix}jobs
+SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error::text, last_error),
+    priority = COALESCE(:priority::integer, priority), buries = buries + 1,
+    failed_at = CASE WHEN :failed::boolean THEN now() ELSE failed_at END, updated_at = now()
 WHERE id = :id;
 
 -- name: reschedule
+-- :give_back is 1 for a release (the attempt comes back; counted as a release) and 0 for
+-- a failure (counted by failed_at); :priority NULL keeps the job's priority.
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
+    releases = releases + :give_back, priority = COALESCE(:priority::integer, priority),
     available_at = now() + make_interval(secs => :delay),
-    last_error = COALESCE(:error::text, last_error)
+    last_error = COALESCE(:error::text, last_error),
+    failed_at = CASE WHEN :give_back = 0 THEN now() ELSE failed_at END, updated_at = now()
 WHERE id = :id;
 
+-- name: note_failure
+-- Before a failed or timed-out job that was asked to cancel goes to history: the failure
+-- (and, :timeout 1, the timeout) recorded on the row that archive copies.
+UPDATE {prefix}jobs SET failed_at = now(), timeouts = timeouts + :timeout WHERE id = :id;
+
 -- name: kick
-UPDATE {prefix}jobs SET state = 'available', attempts = 0, available_at = now()
+UPDATE {prefix}jobs
+SET state = 'available', attempts = 0, available_at = now(), kicks = kicks + 1,
+    updated_at = now()
 WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
              ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED);
 
 -- name: retry_job
+-- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
 UPDATE {prefix}jobs
-SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END, state = 'available',
-    available_at = now()
+SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+    kicks = kicks + CASE WHEN state = 'dead' THEN 1 ELSE 0 END, state = 'available',
+    available_at = now(), updated_at = now()
 WHERE id = :id AND (state = 'dead' OR (state = 'available' AND available_at > now()));
 
 -- name: lock_idle
@@ -144,22 +193,32 @@ UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
 -- name: get_live
+-- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
+-- creation until the first state change) and the job's own lease.
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
-       NULL::text, last_error, cancel_requested, now()
+       NULL::text, last_error, cancel_requested, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: get_history
+-- get_live's columns as history keeps them (rows archived before migration 0004 have no
+-- updated_at: their finish is their last change).
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
-       result, error, false, now()
+       result, error, false, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
+-- Per queue and state, the count and, for the due jobs (bucket 'available'), how long the
+-- oldest has waited in seconds (ignored for the other buckets).
 SELECT queue,
        CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled'
             ELSE state END AS bucket,
-       count(*)
+       count(*), EXTRACT(EPOCH FROM now() - min(available_at))::float8
 FROM {prefix}jobs GROUP BY queue, bucket;
 
 -- name: history_counts
@@ -174,12 +233,48 @@ FOR UPDATE SKIP LOCKED;
 -- name: reclaim_to_available
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, available_at = now(),
-    last_error = 'lease expired'
+    last_error = 'lease expired', timeouts = timeouts + 1, failed_at = now(),
+    updated_at = now()
 WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now();
 
 -- name: reclaim_to_dead
-UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL, last_error = :error
+UPDATE {prefix}jobs
+SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
+    buries = buries + 1, failed_at = now(), updated_at = now()
 WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now();
+
+-- name: expired_dead
+-- reclaim: dead jobs that went dead (or were made) longer than their queue's
+-- dead_retention ago, oldest id first. Driven by the settings rows that set a retention,
+-- a LATERAL probe of each one's dead index (as the claim probes its queues), so without
+-- any it reads only the queues table, and dead jobs of other queues are never read.
+SELECT d.id
+FROM {prefix}queues AS s
+CROSS JOIN LATERAL (
+    SELECT id FROM {prefix}jobs
+    WHERE queue = s.name AND state = 'dead'
+      AND COALESCE(updated_at, created_at) < now() - make_interval(secs => s.dead_retention)
+    ORDER BY id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS d
+WHERE s.dead_retention IS NOT NULL
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: archive_dead
+-- expired_dead's jobs (locked) → discarded, their last error kept.
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
+SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
+       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
+FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead';
+
+-- name: delete_dead
+DELETE FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead';
 
 -- name: prune
 DELETE FROM {prefix}history
@@ -213,7 +308,9 @@ SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
 -- name: list_live
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
-       NULL::text, last_error, cancel_requested, now()
+       NULL::text, last_error, cancel_requested, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
 FROM {prefix}jobs
 WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:state::text IS NULL OR :state::text =
@@ -223,7 +320,9 @@ ORDER BY id LIMIT :limit;
 -- name: list_history
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
-       result, error, false, now()
+       result, error, false, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease
 FROM {prefix}history
 WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:state::text IS NULL OR state = :state::text)
@@ -245,17 +344,71 @@ WITH input AS (
 )
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attempts,
-       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token
+       max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
 FROM done
 RETURNING id;
 
 -- name: renew_many
-UPDATE {prefix}jobs AS j SET lease_until = now() + make_interval(secs => i.extend)
-FROM unnest(:ids::bigint[], :tokens::bigint[], :extends::float8[]) AS i(id, token, extend)
-WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-RETURNING j.id, j.lease_until, j.cancel_requested;
+-- renew and renew_many in one statement. limits: the settings rows that limit touches or
+-- leases (usually none). renewed: the jobs still held under the presented tokens whose
+-- queue's limits allow the touch, extended by at most max_lease. Then, only when some job
+-- was not renewed, those of queues with limits get their verdict, checked in the order of
+-- ops.touch_verdict: 'touches' (max_touches extensions made), 'duration' (the lease began
+-- more than max_touch_duration ago), 'soon' (extended or begun less than
+-- min_touch_interval ago: answered with its lease as it stands, without a write).
+-- Returns per job: id, token, verdict ('extend' when renewed), lease_until, the cancel
+-- flag and, for a refusal's message, its touches, the lease's age and max_touch_duration.
+-- A job held by no lease any more is not returned. A queue without limits costs one
+-- empty probe of limits per job, and jobs all renewed skip the second part entirely.
+WITH input AS (
+    SELECT * FROM unnest(:ids::bigint[], :tokens::bigint[], :extends::float8[])
+        AS i(id, token, extend)
+), limits AS MATERIALIZED (
+    SELECT name, max_touches, max_touch_duration, min_touch_interval, max_lease
+    FROM {prefix}queues
+    WHERE max_touches IS NOT NULL OR max_touch_duration IS NOT NULL
+       OR min_touch_interval IS NOT NULL OR max_lease IS NOT NULL
+), renewed AS (
+    UPDATE {prefix}jobs AS j
+    SET lease_until = now() + make_interval(secs => LEAST(
+            i.extend, (SELECT l.max_lease FROM limits AS l WHERE l.name = j.queue))),
+        touches = j.touches + 1, touched_at = now()
+    FROM input AS i
+    WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+      AND NOT EXISTS (
+          SELECT 1 FROM limits AS l
+          WHERE l.name = j.queue
+            AND (j.touches >= l.max_touches
+                 OR now() - j.leased_at > make_interval(secs => l.max_touch_duration)
+                 OR now() - COALESCE(j.touched_at, j.leased_at)
+                    < make_interval(secs => l.min_touch_interval)))
+    RETURNING j.id, j.lease_token, j.lease_until, j.cancel_requested
+)
+SELECT id, lease_token, 'extend', lease_until, cancel_requested, NULL::integer,
+       NULL::float8, NULL::float8
+FROM renewed
+UNION ALL
+SELECT * FROM (
+    SELECT j.id, j.lease_token,
+           CASE WHEN j.touches >= l.max_touches THEN 'touches'
+                WHEN now() - j.leased_at > make_interval(secs => l.max_touch_duration)
+                    THEN 'duration'
+                WHEN now() - COALESCE(j.touched_at, j.leased_at)
+                     < make_interval(secs => l.min_touch_interval) THEN 'soon'
+                ELSE 'extend' END AS verdict,
+           j.lease_until, j.cancel_requested, j.touches,
+           EXTRACT(EPOCH FROM now() - j.leased_at)::float8, l.max_touch_duration
+    FROM input AS i
+    JOIN {prefix}jobs AS j ON j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+    JOIN limits AS l ON l.name = j.queue
+    WHERE (SELECT count(*) FROM renewed) < (SELECT count(*) FROM input)
+) AS unrenewed
+-- 'extend' here: the update found the lease gone (it changed hands meanwhile).
+WHERE verdict <> 'extend';
 
 -- name: drop_tables
 DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;
@@ -264,3 +417,118 @@ DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migr
 -- Jobs already completed, with the token that completed them: a retried ack whose first
 -- attempt committed finds its own token here and is a success, not a LeaseLost.
 SELECT id, lease_token FROM {prefix}history WHERE id = ANY(:ids) AND state = 'completed';
+
+-- Enqueue limits, queue settings, peek, server version (issue 11) ------------------------
+
+-- name: lock_queue_cap
+-- enqueue into a queue with max_jobs: the settings row stays locked until commit, so the
+-- enqueuers of one capped queue count its jobs one after another.
+SELECT max_jobs FROM {prefix}queues WHERE name = :queue FOR UPDATE;
+
+-- name: live_count
+-- The queue's live jobs: the available ones along the claim index and the dead ones along
+-- the dead index, each in its index's order so the planner walks the index, not the
+-- table; each stops at :cap rows, as only whether the total exceeds max_jobs matters. The
+-- running ones along the lease index, which holds every queue's running jobs: bounded by
+-- the workers' slots, and only capped enqueues pay it, where a (queue) index on running
+-- jobs would cost every claim an index entry (about 5 % of a PostgreSQL drain).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM {prefix}jobs
+                              WHERE queue = :queue AND state = 'available'
+                              ORDER BY priority DESC, available_at, id LIMIT :cap) AS a)
+     + (SELECT count(*) FROM (SELECT 1 FROM {prefix}jobs
+                              WHERE queue = :queue AND state = 'dead'
+                              ORDER BY id LIMIT :cap) AS b)
+     + (SELECT count(*) FROM {prefix}jobs WHERE state = 'running' AND queue = :queue);
+
+-- name: delete_new_jobs
+-- Takes back rows this transaction inserted (a batch over max_jobs, a unique_for twin).
+DELETE FROM {prefix}jobs WHERE id = ANY(:ids);
+
+-- name: recent_twin
+-- The newest job of the same key that finished less than :unique_for seconds ago. Run after
+-- this transaction's own insert of the key succeeded: a twin that was live then had
+-- committed its move to history, so this statement's snapshot sees it.
+SELECT id FROM {prefix}history
+WHERE queue = :queue AND unique_key = :unique_key
+  AND finished_at > now() - make_interval(secs => :unique_for)
+ORDER BY finished_at DESC, id DESC
+LIMIT 1;
+
+-- name: peek_available
+-- Due jobs in claim order, by the claim index; the 27 columns of get_live.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
+       NULL::text, last_error, cancel_requested, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs
+WHERE queue = :queue AND state = 'available' AND available_at <= now()
+ORDER BY priority DESC, available_at, id
+LIMIT :limit;
+
+-- name: peek_scheduled
+-- Jobs not yet due, soonest first: the queue's range of the claim index, then a top-N sort.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
+       NULL::text, last_error, cancel_requested, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs
+WHERE queue = :queue AND state = 'available' AND available_at > now()
+ORDER BY available_at, id
+LIMIT :limit;
+
+-- name: peek_dead
+-- Newest dead jobs first, backwards along the dead index.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
+       NULL::text, last_error, cancel_requested, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs
+WHERE queue = :queue AND state = 'dead'
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: configure_queue
+-- Upsert of the settings row: a new row takes the given values (NULL for the rest) and is
+-- not paused; an existing row changes only the columns whose :set_<name> is true.
+INSERT INTO {prefix}queues AS q (name, paused, max_attempts, base_backoff, max_backoff,
+                                 jitter, default_lease, max_lease, max_jobs, max_touches,
+                                 max_touch_duration, min_touch_interval, dead_retention)
+VALUES (:queue, false, :max_attempts, :base_backoff, :max_backoff, :jitter, :default_lease,
+        :max_lease, :max_jobs, :max_touches, :max_touch_duration, :min_touch_interval,
+        :dead_retention)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = CASE WHEN :set_max_attempts THEN excluded.max_attempts
+                        ELSE q.max_attempts END,
+    base_backoff = CASE WHEN :set_base_backoff THEN excluded.base_backoff
+                        ELSE q.base_backoff END,
+    max_backoff = CASE WHEN :set_max_backoff THEN excluded.max_backoff ELSE q.max_backoff END,
+    jitter = CASE WHEN :set_jitter THEN excluded.jitter ELSE q.jitter END,
+    default_lease = CASE WHEN :set_default_lease THEN excluded.default_lease
+                         ELSE q.default_lease END,
+    max_lease = CASE WHEN :set_max_lease THEN excluded.max_lease ELSE q.max_lease END,
+    max_jobs = CASE WHEN :set_max_jobs THEN excluded.max_jobs ELSE q.max_jobs END,
+    max_touches = CASE WHEN :set_max_touches THEN excluded.max_touches ELSE q.max_touches END,
+    max_touch_duration = CASE WHEN :set_max_touch_duration THEN excluded.max_touch_duration
+                              ELSE q.max_touch_duration END,
+    min_touch_interval = CASE WHEN :set_min_touch_interval THEN excluded.min_touch_interval
+                              ELSE q.min_touch_interval END,
+    dead_retention = CASE WHEN :set_dead_retention THEN excluded.dead_retention
+                          ELSE q.dead_retention END,
+    updated_at = now()
+RETURNING name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
+          max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention;
+
+-- name: queue_configs
+SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
+       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention
+FROM {prefix}queues ORDER BY name;
+
+-- name: queue_rows
+-- stats: every queue with a settings row, and whether it is paused.
+SELECT name, paused FROM {prefix}queues;
+
+-- name: server_version
+SHOW server_version;

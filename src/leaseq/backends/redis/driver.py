@@ -7,7 +7,7 @@ exceptions into leaseq's error tree, once, here.
 
 redis-py's own retries are off: after a dropped connection a script may or may not have
 run. As on the SQL backends, only idempotent operations (reads, claim, renew, complete,
-reclaim, prune, pause) run again, as a whole plan on a fresh connection, up to
+reclaim, prune, pause, configure) run again, as a whole plan on a fresh connection, up to
 ``RECONNECTS`` times over about 3 s (a restart, a failover); a repeated ``complete`` by
 the same lease is a no-op that succeeds. Anything else surfaces as ``BackendUnavailable``:
 its outcome is unknown, as with a lost SQL commit.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -28,7 +28,7 @@ from redis.retry import Retry
 
 from leaseq._core.job import JobState
 from leaseq._core.settings import Settings
-from leaseq.backends.base import NewJob
+from leaseq.backends.base import FailItem, NewJob, PeekState
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
 from leaseq.errors import (
@@ -232,12 +232,19 @@ class RedisBackend:
     def migrate(self) -> Any:
         return self.runner.run(self.ops.migrate, idempotent=True)
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.enqueue(jobs, conn))
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.enqueue(jobs, conn, capped))
 
-    def claim(self, queues: Sequence[str], worker_id: str, lease: float, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.claim(queues, worker_id, lease, limit),
-                               idempotent=True)
+    def claim(
+        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
+        default_lease: float = 30.0,
+    ) -> Any:
+        return self.runner.run(
+            lambda: self.ops.claim(queues, worker_id, lease, limit, default_lease),
+            idempotent=True,
+        )
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
         return self.runner.run(lambda: self.ops.renew(job_id, token, extend), idempotent=True)
@@ -255,11 +262,18 @@ class RedisBackend:
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
         return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
 
-    def release(self, job_id: int, token: int, delay: float) -> Any:
-        return self.runner.run(lambda: self.ops.release(job_id, token, delay))
+    def fail_many(self, items: Sequence[FailItem]) -> Any:
+        return self.runner.run(lambda: self.ops.fail_many(items))
 
-    def bury(self, job_id: int, token: int, reason: str | None) -> Any:
-        return self.runner.run(lambda: self.ops.bury(job_id, token, reason))
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.release(job_id, token, delay, priority))
+
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> Any:
+        return self.runner.run(lambda: self.ops.bury(job_id, token, reason, priority))
 
     def kick(self, queue: str, limit: int) -> Any:
         return self.runner.run(lambda: self.ops.kick(queue, limit))
@@ -284,6 +298,19 @@ class RedisBackend:
     ) -> Any:
         return self.runner.run(lambda: self.ops.list_jobs(queue, state, limit, after),
                                idempotent=True)
+
+    def peek(self, queue: str, state: PeekState, limit: int) -> Any:
+        return self.runner.run(lambda: self.ops.peek(queue, state, limit), idempotent=True)
+
+    def configure_queue(self, queue: str, changes: Mapping[str, int | float | None]) -> Any:
+        return self.runner.run(lambda: self.ops.configure_queue(queue, changes),
+                               idempotent=True)
+
+    def queue_configs(self) -> Any:
+        return self.runner.run(self.ops.queue_configs, idempotent=True)
+
+    def server_version(self) -> Any:
+        return self.runner.run(self.ops.server_version, idempotent=True)
 
     def set_paused(self, queue: str, paused: bool) -> Any:
         return self.runner.run(lambda: self.ops.set_paused(queue, paused), idempotent=True)

@@ -19,7 +19,8 @@ _PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 # The order of a queue's key GROUP in every script's KEYS: PARTS in scripts/_common.lua.
 QUEUE_PARTS = ("job:", "jobs", "ready", "delayed", "running", "dead", "completed",
-               "cancelled", "discarded", "unique", "paused")
+               "cancelled", "discarded", "unique", "paused", "settings", "finished", "buried")
+SETTINGS = QUEUE_PARTS.index("settings")
 _GLOB = re.compile(r"([*?\[\]\\])")
 
 
@@ -35,6 +36,7 @@ class Keys:
         self.ids = f"{{{prefix}}}:ids"
         self.index = f"{{{prefix}}}:index"
         self.queues = f"{{{prefix}}}:queues"
+        self.configured = f"{{{prefix}}}:configured"
         # Not a key: the pub/sub channel on which scripts that make jobs due now publish
         # the queue's name (``wake`` in scripts/_common.lua builds the same name from a
         # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.
@@ -46,6 +48,10 @@ class Keys:
             raise InvalidQueueName(f"invalid queue name {name!r} for a Redis key")
         base = f"{{{self.prefix}:{name}}}:"
         return [base + part for part in QUEUE_PARTS]
+
+    def settings(self, name: str) -> str:
+        """The settings hash of queue ``name``."""
+        return self.queue(name)[SETTINGS]
 
     def job(self, queue: str, job_id: int) -> str:
         """The hash of one job."""

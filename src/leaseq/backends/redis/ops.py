@@ -7,22 +7,31 @@ async runners in ``driver.py`` drive the same plans. Each state change is one sc
 it is atomic on the server; a plan adds at most a read before it (``locate``: which
 queue a job id belongs to) or loops a bounded script in rounds.
 
-Values cross into Lua as text: times and durations as integer microseconds, optional
-values as ``""`` (null) or ``"+"`` and the value (``scripts/_common.lua``).
+Values cross into Lua as text: times and durations as integer microseconds (leases and
+queue settings as the seconds Python holds, so they read back exactly), optional values
+as ``""`` (null) or ``"+"`` and the value (``scripts/_common.lua``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueStats
+from leaseq._core.job import (
+    QUEUE_SETTINGS,
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    QueueConfig,
+    QueueStats,
+)
 from leaseq._core.validate import decode
-from leaseq.backends.base import NewJob
+from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
 from leaseq.backends.redis.keys import Keys
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.errors import (
@@ -31,6 +40,8 @@ from leaseq.errors import (
     JobNotFound,
     JobStateError,
     LeaseLost,
+    QueueFull,
+    TouchLimitExceeded,
 )
 
 T = TypeVar("T")
@@ -40,6 +51,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_VERSION = (6, 2)
 ROUND = 1000  # most jobs one kick, reclaim or prune script handles: keeps each one short
 CHUNK = 256  # most queues one stats, reclaim or prune script reads
+INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches"})  # the rest: floats
 
 
 @dataclass(frozen=True)
@@ -77,7 +89,7 @@ def dt(value: str | int | None) -> datetime | None:
     return None if value is None else at(value)
 
 
-def opt(value: str | int | None) -> str:
+def opt(value: str | float | None) -> str:
     """An optional ARGV value: "" for null, else "+" and the value."""
     return "" if value is None else f"+{value}"
 
@@ -85,6 +97,42 @@ def opt(value: str | int | None) -> str:
 def record(flat: Sequence[str]) -> dict[str, str]:
     """An HGETALL reply as a dict."""
     return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def setting_text(name: str, value: int | float | None) -> str:
+    """A queue setting as stored: "" (delete) for None, else exact decimal text (repr of
+    a float round-trips; Lua reads either with tonumber)."""
+    if value is None:
+        return ""
+    return str(int(value)) if name in INT_SETTINGS else repr(float(value))
+
+
+def queue_config(queue: str, flat: Sequence[str]) -> QueueConfig:
+    """A settings hash (HGETALL reply) as a ``QueueConfig``; unknown fields are ignored."""
+    stored = record(flat)
+    values: dict[str, int | float] = {
+        name: int(stored[name]) if name in INT_SETTINGS else float(stored[name])
+        for name in QUEUE_SETTINGS if name in stored
+    }
+    return QueueConfig(queue, **values)  # type: ignore[arg-type]
+
+
+def touch_refusal(job_id: int, token: int, reply: list[Any]) -> TouchLimitExceeded:
+    """The exception for a renew refused by a touch limit (``touch`` in _common.lua)."""
+    if reply[0] == "max_touches":
+        return TouchLimitExceeded(
+            f"job {job_id}: lease {token} was extended {reply[1]} times, the queue's "
+            "max_touches; it will run out"
+        )
+    return TouchLimitExceeded(
+        f"job {job_id}: lease {token} began {int(reply[1]) / 1e6:.3f} s ago, past the "
+        f"queue's max_touch_duration of {reply[2]} s; it will run out"
+    )
+
+
+def refused_touch(reply: Any) -> bool:
+    """True for a touch-limit refusal from ``touch`` in _common.lua."""
+    return isinstance(reply, list) and reply[0] in ("max_touches", "max_touch_duration")
 
 
 class Located:
@@ -150,14 +198,27 @@ class RedisOps:
             )
 
     def migrate(self) -> Plan[None]:
-        """Nothing to create: checks the server and loads the scripts."""
+        """Nothing to create: checks the server, loads the scripts, and files dead jobs
+        buried by an older leaseq in the buried set (``index_dead.lua``)."""
         yield from self.startup()
         for script in SCRIPTS.values():
             yield Call("SCRIPT LOAD", args=(script.text,), command=True)
+        for names, _ in (yield from self.queue_groups()):
+            starts = dict.fromkeys(names, 0)
+            while starts:
+                keys = [key for name in starts for key in self.k.queue(name)]
+                read = yield Call("index_dead", keys, (ROUND, *starts.values()))
+                starts = {name: start + ROUND
+                          for (name, start), n in zip(starts.items(), read, strict=True)
+                          if n == ROUND}
 
     # -- enqueue and claim -------------------------------------------------------------
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> Plan[list[EnqueueResult]]:
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> Plan[list[EnqueueResult]]:
+        """Every queue's ``max_jobs`` is checked inside the script (one HGET per queue of
+        the batch), so ``capped`` is not needed here."""
         refuse_connection(conn)
         if not jobs:
             return []
@@ -169,9 +230,17 @@ class RedisOps:
                 groups[job.queue] = len(groups) + 1
                 keys += self.k.queue(job.queue)
             run_at = None if job.run_at is None else us_at(job.run_at)
+            window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
             args += [groups[job.queue], job.queue, opt(job.kind), job.payload, job.priority,
-                     job.max_attempts, opt(job.unique_key), us(job.delay), opt(run_at)]
+                     job.max_attempts, opt(job.unique_key), us(job.delay), opt(run_at),
+                     opt(job.lease), opt(window)]
         reply = yield Call("enqueue", keys, args)
+        if reply and reply[0] == "full":
+            queue = next(name for name, number in groups.items() if number == int(reply[1]))
+            raise QueueFull(
+                f"queue {queue!r} holds its max_jobs={reply[2]} live jobs; nothing was "
+                "enqueued"
+            )
         results = [EnqueueResult(int(reply[i]), bool(reply[i + 1]))
                    for i in range(0, len(reply), 2)]
         for job, result in zip(jobs, results, strict=True):
@@ -179,22 +248,24 @@ class RedisOps:
         return results
 
     def claim(
-        self, queues: Sequence[str], worker_id: str, lease: float, limit: int
+        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
+        default_lease: float = 30.0,
     ) -> Plan[list[Job]]:
+        """The script resolves each job's lease (``claim.lua``) and replies the fields a
+        ``Job`` needs, by position."""
         keys = [key for queue in queues for key in self.k.queue(queue)]
-        reply = yield Call("claim", keys, (worker_id, max(1, us(lease)), limit))
+        reply = yield Call("claim", keys, (worker_id, opt(lease), limit, repr(default_lease)))
         jobs = []
-        for flat in reply:
-            h = record(flat)
+        for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
+             token, lease_until, created_at, seconds) in reply:
             job = Job(
-                id=int(h["id"]), queue=h["queue"], kind=h.get("kind"),
-                payload=decode(h["payload"]), priority=int(h["priority"]),
-                attempts=int(h["attempts"]), max_attempts=int(h["max_attempts"]),
-                unique_key=h.get("unique_key"), lease_token=int(h["lease_token"]),
-                lease_until=at(h["lease_until"]), worker_id=h["worker_id"],
-                created_at=at(h["created_at"]), lease=lease,
+                id=int(job_id), queue=queue, kind=kind, payload=decode(payload),
+                priority=int(priority), attempts=int(attempts),
+                max_attempts=int(max_attempts), unique_key=unique_key,
+                lease_token=int(token), lease_until=at(lease_until), worker_id=worker_id,
+                created_at=at(created_at), lease=float(seconds),
             )
-            self.located.put(job.id, job.queue)
+            self.located.put(job.id, queue)
             jobs.append(job)
         return jobs
 
@@ -277,8 +348,10 @@ class RedisOps:
         return reply
 
     def renew(self, job_id: int, token: int, extend: float) -> Plan[datetime]:
-        until_us, cancel_requested = yield from self.held("renew", job_id, token,
-                                                          max(1, us(extend)))
+        reply = yield from self.held("renew", job_id, token, max(1, us(extend)), job_id)
+        if refused_touch(reply):
+            raise touch_refusal(job_id, token, reply)
+        until_us, cancel_requested = reply
         until = at(until_us)
         if cancel_requested:
             raise JobCancelled(
@@ -304,9 +377,7 @@ class RedisOps:
         )
         return [reply == "ok" for reply in replies]
 
-    def renew_many(
-        self, items: Sequence[tuple[int, int, float]]
-    ) -> Plan[list[tuple[datetime, bool] | None]]:
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Plan[list[RenewOutcome]]:
         def item(i: int) -> tuple[int, int, int]:
             job_id, token, extend = items[i]
             return job_id, token, max(1, us(extend))
@@ -315,18 +386,43 @@ class RedisOps:
             [job_id for job_id, _, _ in items],
             lambda run: self.grouped("renew_many", run, item),
         )
-        return [(at(r[0]), bool(r[1])) if isinstance(r, list) else None for r in replies]
+        out: list[RenewOutcome] = []
+        for (job_id, token, _), r in zip(items, replies, strict=True):
+            if refused_touch(r):
+                out.append(touch_refusal(job_id, token, r))
+            elif isinstance(r, list):
+                out.append((at(r[0]), bool(r[1])))
+            else:
+                out.append(None)
+        return out
 
     def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Plan[JobState]:
         state = yield from self.held("fail", job_id, token, opt(error), us(delay))
         return state  # type: ignore[no-any-return]
 
-    def release(self, job_id: int, token: int, delay: float) -> Plan[JobState]:
-        state = yield from self.held("release", job_id, token, us(delay))
+    def fail_many(self, items: Sequence[FailItem]) -> Plan[list[JobState | None]]:
+        """One script over every item's queue (``fail_many.lua``): all or nothing, like
+        one transaction, across queues too."""
+        def item(i: int) -> tuple[int, int, str, int]:
+            job_id, token, error, delay = items[i]
+            return job_id, token, opt(error), us(delay)
+
+        replies = yield from self.on_jobs(
+            [job_id for job_id, _, _, _ in items],
+            lambda run: self.grouped("fail_many", run, item),
+        )
+        return [None if r in (None, "lost", "missing") else r for r in replies]
+
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> Plan[JobState]:
+        state = yield from self.held("release", job_id, token, us(delay), opt(priority))
         return state  # type: ignore[no-any-return]
 
-    def bury(self, job_id: int, token: int, reason: str | None) -> Plan[None]:
-        yield from self.held("bury", job_id, token, opt(reason))
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> Plan[None]:
+        yield from self.held("bury", job_id, token, opt(reason), opt(priority))
 
     # -- operator verbs ------------------------------------------------------------------
 
@@ -381,15 +477,18 @@ class RedisOps:
                 for chunk in chunks]
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
+        """Every queue with jobs, history or a settings row (configured or ever paused)."""
         out: dict[str, QueueStats] = {}
         for names, keys in (yield from self.queue_groups()):
-            counts = yield Call("stats", keys)
+            counts = yield Call("stats", [self.k.configured, *keys], names)
             for name, c in zip(names, counts, strict=True):
-                if any(c):
-                    n = [int(v) for v in c]
+                n = [int(v) for v in c[:9]]
+                if any(n):
+                    age = c[9] if len(c) > 9 else None
                     out[name] = QueueStats(
                         name, available=n[0], scheduled=n[1], running=n[2], dead=n[3],
                         completed=n[4], cancelled=n[5], discarded=n[6], paused=bool(n[7]),
+                        oldest_available_age=None if age is None else int(age) / 1e6,
                     )
         return out
 
@@ -415,8 +514,43 @@ class RedisOps:
         found.sort(key=lambda job: job.id)
         return found[:limit]
 
+    def peek(self, queue: str, state: PeekState, limit: int) -> Plan[list[JobInfo]]:
+        now, flats = yield Call("peek", self.k.queue(queue), (state, limit))
+        return [info(record(flat), int(now)) for flat in flats]
+
+    # -- queue settings ------------------------------------------------------------------
+
+    def configure_queue(
+        self, queue: str, changes: Mapping[str, int | float | None]
+    ) -> Plan[QueueConfig]:
+        args: list[str] = [queue]
+        for name, value in changes.items():
+            if name not in QUEUE_SETTINGS:
+                raise ValueError(f"unknown queue setting {name!r}")
+            args += [name, setting_text(name, value)]
+        keys = (self.k.queues, self.k.configured, self.k.settings(queue))
+        flat = yield Call("configure", keys, args)
+        return queue_config(queue, flat)
+
+    def queue_configs(self) -> Plan[dict[str, QueueConfig]]:
+        """Every queue with a settings row, by name: two calls per 256 such queues at
+        most (clients re-read this every few seconds, so it must stay cheap)."""
+        names = sorted((yield Call("queues", (self.k.configured,))))
+        out: dict[str, QueueConfig] = {}
+        for start in range(0, len(names), CHUNK):
+            chunk = names[start:start + CHUNK]
+            flats = yield Call("configs", [self.k.settings(name) for name in chunk])
+            for name, flat in zip(chunk, flats, strict=True):
+                out[name] = queue_config(name, flat)
+        return out
+
+    def server_version(self) -> Plan[str]:
+        info = yield Call("INFO", args=("server",), command=True)
+        return str(info["redis_version"])
+
     def set_paused(self, queue: str, paused: bool) -> Plan[None]:
-        yield Call("pause", [self.k.queues, *self.k.queue(queue)], (queue, int(paused)))
+        yield Call("pause", [self.k.queues, self.k.configured, *self.k.queue(queue)],
+                   (queue, int(paused)))
 
     def paused(self) -> Plan[list[str]]:
         stats = yield from self.stats()
@@ -425,15 +559,18 @@ class RedisOps:
     # -- maintenance ---------------------------------------------------------------------
 
     def reclaim(self, limit: int) -> Plan[int]:
-        reclaimed = 0
+        """Up to ``limit`` expired leases and up to ``limit`` dead jobs past their queue's
+        ``dead_retention``, in rounds of at most ``ROUND`` of each."""
+        reclaimed = discarded = 0
         for _, keys in (yield from self.queue_groups()):
-            while reclaimed < limit:
-                want = min(ROUND, limit - reclaimed)
-                got = yield Call("reclaim", keys, (want,))
-                reclaimed += got
-                if got < want:
-                    break
-        return reclaimed
+            while reclaimed < limit or discarded < limit:
+                want = min(ROUND, limit - reclaimed), min(ROUND, limit - discarded)
+                got = yield Call("reclaim", keys, want)
+                reclaimed += got[0]
+                discarded += got[1]
+                if all(n < w or not w for n, w in zip(got, want, strict=True)):
+                    break  # each duty is done: short of its want, or wanting nothing
+        return reclaimed + discarded
 
     def prune(self, older_than: float) -> Plan[int]:
         pruned = 0
@@ -460,12 +597,14 @@ class RedisOps:
 
 
 def info(h: dict[str, str], now: int) -> JobInfo:
-    """A job hash as ``get`` shows it; ``now`` is the server's time in µs."""
+    """A job hash as ``get`` shows it; ``now`` is the server's time in µs. Absent counters
+    are 0, and a job that never changed state was last updated when it was created."""
     state = h["state"]
     available_at = int(h["available_at"])
     live = "finished_at" not in h
     if state == "available" and available_at > now:
         state = "scheduled"
+    lease = h.get("lease")
     return JobInfo(
         id=int(h["id"]), queue=h["queue"], kind=h.get("kind"),
         state=state,  # type: ignore[arg-type]
@@ -477,6 +616,11 @@ def info(h: dict[str, str], now: int) -> JobInfo:
         finished_at=dt(h.get("finished_at")),
         result=decode(h.get("result")), error=h.get("error"),
         cancel_requested=h.get("cancel_requested") == "1",
+        reserves=int(h.get("reserves", 0)), timeouts=int(h.get("timeouts", 0)),
+        releases=int(h.get("releases", 0)), buries=int(h.get("buries", 0)),
+        kicks=int(h.get("kicks", 0)), failed_at=dt(h.get("failed_at")),
+        updated_at=at(h.get("updated_at") or h["created_at"]),
+        lease=None if lease is None else float(lease),
     )
 
 

@@ -3,18 +3,26 @@
 -- so SQLite serialises writers and no row locks are needed.
 
 -- name: insert_job
+-- For jobs without a lease of their own; insert_leased_job stores one.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           available_at, created_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
         (julianday('now') - 2440587.5) * 86400.0);
 
--- name: insert_unique_job
+-- name: insert_leased_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, created_at)
+                          available_at, created_at, lease)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
-        (julianday('now') - 2440587.5) * 86400.0)
+        (julianday('now') - 2440587.5) * 86400.0, :lease);
+
+-- name: insert_unique_job
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          available_at, created_at, lease)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
+        COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
+        (julianday('now') - 2440587.5) * 86400.0, :lease)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -24,10 +32,14 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- name: claim_candidates
 -- One queue's share of a claim (several queues: one UNION ALL of these, one branch each):
 -- the job columns (lease_until and worker_id are about to be overwritten, so NULL) and the
--- clock, from which claim_ids sets the lease. A paused queue yields nothing.
+-- clock, from which claim_ids sets the lease. A paused queue yields nothing. Last come what
+-- ops.lease_for needs: the job's own lease and its queue's default_lease and max_lease
+-- (subqueries that do not depend on the row, so they run once per branch).
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, NULL, NULL, created_at, available_at,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, lease,
+       (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
+       (SELECT max_lease FROM {prefix}queues WHERE name = :queue)
 FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
@@ -37,10 +49,13 @@ LIMIT :limit;
 
 -- name: claim_ids
 -- :until is :now (read by claim_candidates) plus the lease, added in Python as SQLite would
--- add them, so the claim returns the lease it stores without RETURNING.
+-- add them, so the claim returns the lease it stores without RETURNING. Run once per
+-- distinct lease.
 UPDATE {prefix}jobs
 SET state = 'running', attempts = attempts + 1, lease_token = lease_token + 1,
-    worker_id = :worker_id, lease_until = :until, started_at = COALESCE(started_at, :now)
+    worker_id = :worker_id, lease_until = :until, started_at = COALESCE(started_at, :now),
+    touches = 0, leased_at = :now, touched_at = NULL, reserves = reserves + 1,
+    updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 
 -- name: jobs_by_ids
@@ -51,54 +66,82 @@ FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND worker_id = :worker_id AND lease_until = :until;
 
--- name: renew
-UPDATE {prefix}jobs SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :extend
-WHERE id = :id AND lease_token = :token AND state = 'running'
-RETURNING lease_until, cancel_requested;
-
--- name: lease_of
-SELECT lease_until, cancel_requested FROM {prefix}jobs WHERE id = :id;
-
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running';
 
+-- name: lock_held_many
+-- fail_many: the rows still held under the presented tokens (:pairs is a JSON array of
+-- [id, lease_token]).
+SELECT id, lease_token, attempts, max_attempts, cancel_requested FROM {prefix}jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:pairs))
+  AND state = 'running';
+
 -- name: archive
+-- The history row keeps the counters; its updated_at is the finish ('now' is the same
+-- value throughout one statement).
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
-       (julianday('now') - 2440587.5) * 86400.0, lease_token
+       (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
+       (julianday('now') - 2440587.5) * 86400.0
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
 DELETE FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
-UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL,
-       last_error = COALESCE(:error, last_error)
+-- bury (:failed false) or a failure with attempts used up (:failed true); :priority NULL
+-- keeps the job's priority.
+UPDATE {prefix}jobs
+SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error, last_error),
+    priority = COALESCE(:priority, priority), buries = buries + 1,
+    failed_at = CASE WHEN :failed THEN (julianday('now') - 2440587.5) * 86400.0
+                     ELSE failed_at END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id = :id;
 
 -- name: reschedule
+-- :give_back is 1 for a release (the attempt comes back; counted as a release) and 0 for
+-- a failure (counted by failed_at); :priority NULL keeps the job's priority.
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
+    releases = releases + :give_back, priority = COALESCE(:priority, priority),
     available_at = (julianday('now') - 2440587.5) * 86400.0 + :delay,
-    last_error = COALESCE(:error, last_error)
+    last_error = COALESCE(:error, last_error),
+    failed_at = CASE WHEN :give_back = 0 THEN (julianday('now') - 2440587.5) * 86400.0
+                     ELSE failed_at END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id = :id;
+
+-- name: note_failure
+-- Before a failed or timed-out job that was asked to cancel goes to history: the failure
+-- (and, :timeout 1, the timeout) recorded on the row that archive copies.
+UPDATE {prefix}jobs
+SET failed_at = (julianday('now') - 2440587.5) * 86400.0, timeouts = timeouts + :timeout
 WHERE id = :id;
 
 -- name: kick
 UPDATE {prefix}jobs
-SET state = 'available', attempts = 0,
-    available_at = (julianday('now') - 2440587.5) * 86400.0
+SET state = 'available', attempts = 0, kicks = kicks + 1,
+    available_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
              ORDER BY id LIMIT :limit);
 
 -- name: retry_job
+-- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
 UPDATE {prefix}jobs
-SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END, state = 'available',
-    available_at = (julianday('now') - 2440587.5) * 86400.0
+SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+    kicks = kicks + CASE WHEN state = 'dead' THEN 1 ELSE 0 END, state = 'available',
+    available_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id = :id AND (state = 'dead' OR
       (state = 'available' AND available_at > (julianday('now') - 2440587.5) * 86400.0));
 
@@ -123,23 +166,33 @@ UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
 -- name: get_live
+-- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
+-- creation until the first state change) and the job's own lease.
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
-       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: get_history
+-- get_live's columns as history keeps them (rows archived before migration 0004 have no
+-- updated_at: their finish is their last change).
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
+-- Per queue and state, the count and, for the due jobs (bucket 'available'), how long the
+-- oldest has waited in seconds (ignored for the other buckets).
 SELECT queue,
        CASE WHEN state = 'available'
              AND available_at > (julianday('now') - 2440587.5) * 86400.0
             THEN 'scheduled' ELSE state END AS bucket,
-       COUNT(*)
+       COUNT(*), (julianday('now') - 2440587.5) * 86400.0 - MIN(available_at)
 FROM {prefix}jobs GROUP BY queue, bucket;
 
 -- name: history_counts
@@ -154,14 +207,49 @@ ORDER BY lease_until LIMIT :limit;
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL,
     available_at = (julianday('now') - 2440587.5) * 86400.0,
-    last_error = 'lease expired'
+    last_error = 'lease expired', timeouts = timeouts + 1,
+    failed_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND lease_until <= (julianday('now') - 2440587.5) * 86400.0;
 
 -- name: reclaim_to_dead
-UPDATE {prefix}jobs SET state = 'dead', lease_until = NULL, last_error = :error
+UPDATE {prefix}jobs
+SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
+    buries = buries + 1, failed_at = (julianday('now') - 2440587.5) * 86400.0,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND lease_until <= (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: expired_dead
+-- reclaim: dead jobs that went dead (or were made) longer than their queue's
+-- dead_retention ago, oldest id first. Driven by the settings rows that set a retention
+-- (CROSS JOIN keeps them the outer loop), each probing its queue's dead index, so without
+-- any it reads only the queues table, and dead jobs of other queues are never read.
+-- INDEXED BY: otherwise SQLite may build an automatic index, a scan of every job.
+SELECT j.id
+FROM {prefix}queues AS s
+CROSS JOIN {prefix}jobs AS j INDEXED BY {prefix}jobs_dead
+WHERE s.dead_retention IS NOT NULL AND j.queue = s.name AND j.state = 'dead'
+  AND COALESCE(j.updated_at, j.created_at)
+      < (julianday('now') - 2440587.5) * 86400.0 - s.dead_retention
+ORDER BY j.id
+LIMIT :limit;
+
+-- name: archive_dead
+-- expired_dead's jobs → discarded, their last error kept.
+INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
+                             attempts, max_attempts, unique_key, worker_id, created_at,
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
+SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
+       max_attempts, unique_key, worker_id, created_at, started_at,
+       (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
+
+-- name: delete_dead
+DELETE FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
 
 -- name: prune
 DELETE FROM {prefix}history
@@ -193,7 +281,9 @@ SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
 -- name: list_live
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
-       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
 FROM {prefix}jobs
 WHERE id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR :state =
@@ -205,7 +295,9 @@ ORDER BY id LIMIT :limit;
 -- name: list_history
 SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease
 FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
@@ -215,10 +307,12 @@ ORDER BY id LIMIT :limit;
 -- JSON array of [id, lease_token]).
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        unique_key, worker_id, created_at, started_at,
-       (julianday('now') - 2440587.5) * 86400.0, lease_token
+       (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
+       (julianday('now') - 2440587.5) * 86400.0
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
@@ -229,10 +323,12 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 -- archive_held_many for one job that has a result.
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
-                             started_at, finished_at, lease_token)
+                             started_at, finished_at, lease_token, lease, reserves, timeouts,
+                             releases, buries, kicks, failed_at, updated_at)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
-       (julianday('now') - 2440587.5) * 86400.0, lease_token
+       (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
+       (julianday('now') - 2440587.5) * 86400.0
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running';
 
@@ -245,12 +341,45 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'running';
 
 -- name: renew_held_many
-UPDATE {prefix}jobs SET lease_until = (julianday('now') - 2440587.5) * 86400.0 + :extend
+-- The jobs still held under the presented tokens (:pairs is a JSON array of [id,
+-- lease_token]) whose queue's touch limits allow a touch now, as ops.touch_verdict judges
+-- (a queue without a settings row: every job), extended by :extend capped at max_lease.
+UPDATE {prefix}jobs
+SET lease_until = (julianday('now') - 2440587.5) * 86400.0
+                  + MIN(:extend, COALESCE((SELECT max_lease FROM {prefix}queues
+                                           WHERE name = {prefix}jobs.queue), :extend)),
+    touches = touches + 1, touched_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
                              FROM json_each(:pairs))
   AND state = 'running'
+  AND NOT EXISTS (
+      SELECT 1 FROM {prefix}queues AS s
+      WHERE s.name = {prefix}jobs.queue
+        AND ({prefix}jobs.touches >= s.max_touches
+             OR (julianday('now') - 2440587.5) * 86400.0 - {prefix}jobs.leased_at
+                > s.max_touch_duration
+             OR (julianday('now') - 2440587.5) * 86400.0
+                - COALESCE({prefix}jobs.touched_at, {prefix}jobs.leased_at)
+                < s.min_touch_interval))
 RETURNING id, lease_token, lease_until, cancel_requested;
+
+-- name: leases_held
+-- After renew_held_many, only for the jobs it did not renew: whether each is still held,
+-- and if so what ops.touch_verdict needs to say why not (this lease's touches, the seconds
+-- since it began and since its last extension, the queue's touch limits and max_lease)
+-- with the clock.
+SELECT j.id, j.lease_token, j.lease_until, j.cancel_requested, j.touches,
+       (julianday('now') - 2440587.5) * 86400.0 - j.leased_at,
+       (julianday('now') - 2440587.5) * 86400.0 - COALESCE(j.touched_at, j.leased_at),
+       s.max_touches, s.max_touch_duration, s.min_touch_interval, s.max_lease,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {prefix}jobs AS j LEFT JOIN {prefix}queues AS s ON s.name = j.queue
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+  AND (j.id, j.lease_token) IN (SELECT json_extract(value, '$[0]'),
+                                       json_extract(value, '$[1]')
+                                FROM json_each(:pairs))
+  AND j.state = 'running';
 
 -- name: drop_history
 DROP TABLE IF EXISTS {prefix}history;
@@ -268,3 +397,118 @@ DROP TABLE IF EXISTS {prefix}migrations;
 -- Jobs already completed, with the token that completed them: a retried ack whose first
 -- attempt committed finds its own token here and is a success, not a LeaseLost.
 SELECT id, lease_token FROM {prefix}history WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'completed';
+
+-- Enqueue limits, queue settings, peek, server version (issue 11) ------------------------
+
+-- name: lock_queue_cap
+-- enqueue into a queue with max_jobs. BEGIN IMMEDIATE already serialises every writer, so
+-- this only reads the limit.
+SELECT max_jobs FROM {prefix}queues WHERE name = :queue;
+
+-- name: live_count
+-- The queue's live jobs: the available ones along the claim index and the dead ones along
+-- the dead index, each in its index's order so the planner walks the index, not the
+-- table; each stops at :cap rows, as only whether the total exceeds max_jobs matters. The
+-- running ones along the lease index, which holds every queue's running jobs: bounded by
+-- the workers' slots, and only capped enqueues pay it, where a (queue) index on running
+-- jobs would cost every claim an index entry (about 5 % of a PostgreSQL drain).
+SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM {prefix}jobs
+                              WHERE queue = :queue AND state = 'available'
+                              ORDER BY priority DESC, available_at, id LIMIT :cap))
+     + (SELECT COUNT(*) FROM (SELECT 1 FROM {prefix}jobs
+                              WHERE queue = :queue AND state = 'dead'
+                              ORDER BY id LIMIT :cap))
+     + (SELECT COUNT(*) FROM {prefix}jobs WHERE state = 'running' AND queue = :queue);
+
+-- name: delete_new_jobs
+-- Takes back rows this transaction inserted (a batch over max_jobs, a unique_for twin).
+DELETE FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: recent_twin
+-- The newest job of the same key that finished less than :unique_for seconds ago.
+SELECT id FROM {prefix}history
+WHERE queue = :queue AND unique_key = :unique_key
+  AND finished_at > (julianday('now') - 2440587.5) * 86400.0 - :unique_for
+ORDER BY finished_at DESC, id DESC
+LIMIT 1;
+
+-- name: peek_available
+-- Due jobs in claim order, by the claim index; the 27 columns of get_live.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs
+WHERE queue = :queue AND state = 'available'
+  AND available_at <= (julianday('now') - 2440587.5) * 86400.0
+ORDER BY priority DESC, available_at, id
+LIMIT :limit;
+
+-- name: peek_scheduled
+-- Jobs not yet due, soonest first: the queue's range of the claim index, then a sort.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs
+WHERE queue = :queue AND state = 'available'
+  AND available_at > (julianday('now') - 2440587.5) * 86400.0
+ORDER BY available_at, id
+LIMIT :limit;
+
+-- name: peek_dead
+-- Newest dead jobs first, backwards along the dead index.
+SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
+       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, created_at), lease
+FROM {prefix}jobs
+WHERE queue = :queue AND state = 'dead'
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: configure_queue
+-- Upsert of the settings row: a new row takes the given values (NULL for the rest) and is
+-- not paused; an existing row changes only the columns whose :set_<name> is true.
+INSERT INTO {prefix}queues (name, paused, max_attempts, base_backoff, max_backoff, jitter,
+                            default_lease, max_lease, max_jobs, max_touches,
+                            max_touch_duration, min_touch_interval, dead_retention)
+VALUES (:queue, 0, :max_attempts, :base_backoff, :max_backoff, :jitter, :default_lease,
+        :max_lease, :max_jobs, :max_touches, :max_touch_duration, :min_touch_interval,
+        :dead_retention)
+ON CONFLICT (name) DO UPDATE SET
+    max_attempts = CASE WHEN :set_max_attempts THEN excluded.max_attempts
+                        ELSE max_attempts END,
+    base_backoff = CASE WHEN :set_base_backoff THEN excluded.base_backoff
+                        ELSE base_backoff END,
+    max_backoff = CASE WHEN :set_max_backoff THEN excluded.max_backoff ELSE max_backoff END,
+    jitter = CASE WHEN :set_jitter THEN excluded.jitter ELSE jitter END,
+    default_lease = CASE WHEN :set_default_lease THEN excluded.default_lease
+                         ELSE default_lease END,
+    max_lease = CASE WHEN :set_max_lease THEN excluded.max_lease ELSE max_lease END,
+    max_jobs = CASE WHEN :set_max_jobs THEN excluded.max_jobs ELSE max_jobs END,
+    max_touches = CASE WHEN :set_max_touches THEN excluded.max_touches ELSE max_touches END,
+    max_touch_duration = CASE WHEN :set_max_touch_duration THEN excluded.max_touch_duration
+                              ELSE max_touch_duration END,
+    min_touch_interval = CASE WHEN :set_min_touch_interval THEN excluded.min_touch_interval
+                              ELSE min_touch_interval END,
+    dead_retention = CASE WHEN :set_dead_retention THEN excluded.dead_retention
+                          ELSE dead_retention END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0
+RETURNING name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
+          max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention;
+
+-- name: queue_configs
+SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
+       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention
+FROM {prefix}queues ORDER BY name;
+
+-- name: queue_rows
+-- stats: every queue with a settings row, and whether it is paused.
+SELECT name, paused FROM {prefix}queues;
+
+-- name: server_version
+SELECT sqlite_version();

@@ -9,7 +9,10 @@
 --
 --   {P}:ids                STRING  the last job id handed out (INCR); ids are never reused
 --   {P}:index              HASH    job id -> queue name, for live and historical jobs
---   {P}:queues             SET     every queue name that ever held a job or was paused
+--   {P}:queues             SET     every queue name that ever held a job, was paused or
+--                                  was configured
+--   {P}:configured         SET     every queue with a settings row: configured or ever
+--                                  paused (queue_configs lists them; stats shows them)
 --   {P:Q}:job:<id>         HASH    one job, live or historical (fields below)
 --   {P:Q}:jobs             ZSET    every job of the queue, live or historical: score id
 --   {P:Q}:ready            ZSET    available jobs known to be due: score -priority,
@@ -23,6 +26,12 @@
 --   {P:Q}:discarded
 --   {P:Q}:unique           HASH    unique_key -> id of the live job that holds it
 --   {P:Q}:paused           STRING  "1" while the queue is paused (claims skip it)
+--   {P:Q}:settings         HASH    the queue's settings (QUEUE_SETTINGS names -> the value
+--                                  as Python wrote it: durations in seconds); absent = default
+--   {P:Q}:finished         HASH    unique_key -> id of the newest finished job that held
+--                                  it (enqueue's unique_for window); pruned with history
+--   {P:Q}:buried           ZSET    dead jobs again: score = when they went dead (µs),
+--                                  member id (reclaim's dead_retention reads the oldest)
 --
 -- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
 -- keys share another (docs/redis.md says what that means for Cluster).
@@ -41,7 +50,12 @@
 -- unique_key?, state (available | running | dead | completed | cancelled | discarded;
 -- "scheduled" is available with available_at in the future), attempts, lease_token,
 -- available_at, created_at, lease_until?, worker_id?, started_at?, error?,
--- cancel_requested? ("1"), finished_at?, result? (JSON text). "?" = absent when null.
+-- cancel_requested? ("1"), finished_at?, result? (JSON text), lease? (the job's own lease,
+-- seconds as Python wrote them), leased_at? (start of the current lease), touched_at?
+-- (its last extension; the claim writes leased_at), touches? (extensions of this lease),
+-- reserves?, timeouts?, releases?, buries?, kicks? (counters), failed_at?, updated_at?
+-- (last state change; readers show created_at until then). "?" = absent when null, and
+-- an absent counter is 0: enqueue, the hot path, writes none of them.
 --
 -- TIMES are integer microseconds since the Unix epoch, written as decimal text, and
 -- "now" is always the server's TIME, never the client's clock. Integers travel as
@@ -51,13 +65,17 @@
 -- them in the same order; a test holds the two lists equal): the job-key prefix
 -- "{P:Q}:job:" first, then the queue's other keys.
 --
--- OPTIONAL ARGV values (kind, unique_key, run_at, error, reason, result) are "" for
--- null and "+" followed by the value otherwise, so an empty string stays distinct.
+-- OPTIONAL ARGV values (kind, unique_key, run_at, error, reason, result, lease, ...) are
+-- "" for null and "+" followed by the value otherwise, so an empty string stays distinct.
+--
+-- SECONDS (job leases, queue settings) are kept as the decimal text Python wrote, so they
+-- read back exactly; scripts turn them into µs (seconds_us) where they compute with them.
 --
 -- Every script reads and checks before its first write, so a refusal writes nothing.
 
 local PARTS = {'job', 'jobs', 'ready', 'delayed', 'running', 'dead', 'completed',
-               'cancelled', 'discarded', 'unique', 'paused'}
+               'cancelled', 'discarded', 'unique', 'paused', 'settings', 'finished',
+               'buried'}
 local GROUP = #PARTS
 
 local function now_us()
@@ -73,6 +91,17 @@ end
 local function opt(value)
   if value == '' then return false end
   return string.sub(value, 2)
+end
+
+-- Seconds, as decimal text, in whole µs: rounded to the nearest, as ops.us() rounds
+-- (exact halves aside, where Python rounds to even).
+local function seconds_us(text)
+  return math.floor(tonumber(text) * 1000000 + 0.5)
+end
+
+-- One HSET of a list of field, value, field, value, ...: one command, however many.
+local function hset(key, list)
+  redis.call('HSET', key, unpack(list))
 end
 
 -- The keys of the queue whose GROUP starts at KEYS[first], by part name.
@@ -157,40 +186,57 @@ local function completed_by(key, token)
   return f.state == 'completed' and f.lease_token == token
 end
 
--- running -> available after `delay` µs (error kept unless a new one is given).
-local function reschedule(q, key, id, now, delay, err)
+-- running -> available after `delay` µs (error kept unless a new one is given); also
+-- writes the pairs in `more` (counters, failed_at) in the same HSET.
+local function reschedule(q, key, id, now, delay, err, more)
   local priority = redis.call('HGET', key, 'priority')
   local at = int(now + delay)
   redis.call('ZREM', q.running, id)
   redis.call('HDEL', key, 'lease_until')
-  redis.call('HSET', key, 'state', 'available', 'available_at', at)
-  if err then redis.call('HSET', key, 'error', err) end
+  local set = {'state', 'available', 'available_at', at, 'updated_at', int(now)}
+  if err then set[#set + 1] = 'error'; set[#set + 1] = err end
+  for _, v in ipairs(more or {}) do set[#set + 1] = v end
+  hset(key, set)
   make_available(q, id, at, priority, now)
 end
 
--- running -> dead (error kept unless a new one is given).
-local function to_dead(q, key, id, err)
+-- running -> dead (error kept unless a new one is given), buries + 1; indexed in buried
+-- by the time it went dead, for dead_retention.
+local function to_dead(q, key, id, err, now)
   redis.call('ZREM', q.running, id)
   redis.call('HDEL', key, 'lease_until')
-  redis.call('HSET', key, 'state', 'dead')
-  if err then redis.call('HSET', key, 'error', err) end
+  local set = {'state', 'dead', 'updated_at', int(now)}
+  if err then set[#set + 1] = 'error'; set[#set + 1] = err end
+  hset(key, set)
+  redis.call('HINCRBY', key, 'buries', 1)
   redis.call('ZADD', q.dead, id, id)
+  redis.call('ZADD', q.buried, int(now), id)
+end
+
+-- A finished job that held a unique key frees it, and becomes the key's newest finished
+-- job (enqueue's unique_for window looks there).
+local function free_unique(q, id, unique_key)
+  if not unique_key then return end
+  if redis.call('HGET', q.unique, unique_key) == id then
+    redis.call('HDEL', q.unique, unique_key)
+  end
+  redis.call('HSET', q.finished, unique_key, id)
 end
 
 -- Any live state -> history as `state` (completed, cancelled or discarded): the job
 -- leaves every live set, frees its unique key, and joins its history set. A completed
--- job keeps its result and no error; the others keep `err`, else their last error.
+-- job keeps its result and no error; the others keep `err`, else their last error. The
+-- counters stay in the hash; updated_at is the finishing time.
 local function archive(q, key, id, state, result, err, now)
   local f = fields(key, 'available_at', 'unique_key')
   redis.call('ZREM', q.ready, rank(f.available_at, id))
   redis.call('ZREM', q.delayed, id)
   redis.call('ZREM', q.running, id)
   redis.call('ZREM', q.dead, id)
-  if f.unique_key and redis.call('HGET', q.unique, f.unique_key) == id then
-    redis.call('HDEL', q.unique, f.unique_key)
-  end
+  redis.call('ZREM', q.buried, id)
+  free_unique(q, id, f.unique_key)
   redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result')
-  redis.call('HSET', key, 'state', state, 'finished_at', int(now))
+  redis.call('HSET', key, 'state', state, 'finished_at', int(now), 'updated_at', int(now))
   if state == 'completed' then
     redis.call('HDEL', key, 'error')
     if result then redis.call('HSET', key, 'result', result) end
@@ -206,16 +252,91 @@ end
 local function complete_held(q, key, id, result, now)
   local unique_key = redis.call('HGET', key, 'unique_key')
   redis.call('ZREM', q.running, id)
-  if unique_key and redis.call('HGET', q.unique, unique_key) == id then
-    redis.call('HDEL', q.unique, unique_key)
-  end
+  free_unique(q, id, unique_key)
   redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result', 'error')
+  local t = int(now)
   if result then
-    redis.call('HSET', key, 'state', 'completed', 'finished_at', int(now), 'result', result)
+    redis.call('HSET', key, 'state', 'completed', 'finished_at', t, 'updated_at', t,
+               'result', result)
   else
-    redis.call('HSET', key, 'state', 'completed', 'finished_at', int(now))
+    redis.call('HSET', key, 'state', 'completed', 'finished_at', t, 'updated_at', t)
   end
-  redis.call('ZADD', q.completed, int(now), id)
+  redis.call('ZADD', q.completed, t, id)
+end
+
+-- fail (nack) of a job whose lease the caller has just checked: -> cancelled (history)
+-- when a cancel was requested, -> dead when its attempts are used up, else -> available
+-- after `delay` µs. failed_at = now in every case. Returns the state after.
+local function fail_held(q, key, err, delay, now)
+  local f = fields(key, 'id', 'attempts', 'max_attempts', 'cancel_requested')
+  redis.call('HSET', key, 'failed_at', int(now))
+  if f.cancel_requested then
+    archive(q, key, f.id, 'cancelled', false, err, now)
+    return 'cancelled'
+  end
+  if tonumber(f.attempts) >= tonumber(f.max_attempts) then
+    to_dead(q, key, f.id, err, now)
+    return 'dead'
+  end
+  reschedule(q, key, f.id, now, delay, err)
+  if delay > 0 then return 'scheduled' end
+  return 'available'
+end
+
+-- The touch limits of queue q (its settings), in µs where they are durations; false
+-- where unset. Read once per queue per call.
+local function touch_limits(q)
+  local s = fields(q.settings, 'max_lease', 'max_touches', 'max_touch_duration',
+                   'min_touch_interval')
+  return {
+    max_lease = s.max_lease and seconds_us(s.max_lease),
+    max_touches = s.max_touches and tonumber(s.max_touches),
+    max_touch_duration = s.max_touch_duration,
+    max_duration_us = s.max_touch_duration and seconds_us(s.max_touch_duration),
+    min_interval_us = s.min_touch_interval and seconds_us(s.min_touch_interval),
+  }
+end
+
+-- renew (heartbeat) of job `id` under lease `token` by `extend` µs, within the queue's
+-- touch limits (`limits`, from touch_limits). Replies:
+--   "missing" / "lost"                     no such job / the lease is not held
+--   {"max_touches", touches}               refused: this lease was extended that often
+--   {"max_touch_duration", µs, setting}    refused: the lease began that long ago
+--   {lease_until, cancel_requested (1/0)}  held: extended to min(extend, max_lease) from
+--                                          now, or left as it is within min_touch_interval
+--                                          of the last extension (no write, not counted)
+-- A refusal writes nothing: the lease runs out as it stands.
+local function touch(q, key, id, token, extend, now, limits)
+  -- The hot path (no time limits) reads only what it needs: every field read scans the
+  -- job's hash, which grew with the counters.
+  local f = fields(key, 'state', 'lease_token', 'touches', 'touched_at', 'cancel_requested')
+  if not f.state then return 'missing' end
+  if f.state ~= 'running' or f.lease_token ~= token then return 'lost' end
+  local touches = tonumber(f.touches or '0')
+  if limits.max_touches and touches >= limits.max_touches then
+    return {'max_touches', touches}
+  end
+  -- A lease handed out before leased_at existed has neither time: as in SQL, where the
+  -- comparisons with NULL are not true, neither time limit applies to it.
+  if limits.max_duration_us then
+    local began = redis.call('HGET', key, 'leased_at')
+    if began and now - tonumber(began) > limits.max_duration_us then
+      return {'max_touch_duration', int(now - tonumber(began)), limits.max_touch_duration}
+    end
+  end
+  local cancel = f.cancel_requested and 1 or 0
+  -- The claim writes touched_at = leased_at, so touched_at alone is "the last extension
+  -- or the lease's start".
+  if f.touched_at and limits.min_interval_us
+      and now - tonumber(f.touched_at) < limits.min_interval_us then
+    return {redis.call('HGET', key, 'lease_until'), cancel}
+  end
+  if limits.max_lease and limits.max_lease < extend then extend = limits.max_lease end
+  local lease_until = int(now + extend)
+  redis.call('HSET', key, 'lease_until', lease_until, 'touches', int(touches + 1),
+             'touched_at', int(now))
+  redis.call('ZADD', q.running, lease_until, id)
+  return {lease_until, cancel}
 end
 
 -- ---------------------------------------------------------------------------------------

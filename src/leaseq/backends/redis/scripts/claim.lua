@@ -1,7 +1,12 @@
 -- claim: available -> running for up to `limit` due jobs of one or more queues, in one
 -- global order: priority desc, then available_at, then id. Each job gets attempts + 1,
--- a fresh lease token, worker_id, lease_until = now + lease, and started_at on its
--- first claim.
+-- reserves + 1, a fresh lease token, worker_id, started_at on its first claim, and a new
+-- lease: leased_at = touched_at = now, touches = 0, lease_until = now + its lease.
+--
+-- A job's lease is the `lease` argument when given, else the job's own lease, else its
+-- queue's default_lease setting, else the `default_lease` argument; always capped by the
+-- queue's max_lease setting. (Seconds as text: the winner is returned as it was written,
+-- so Python reads back exactly the number it stored.)
 --
 -- Paused queues are skipped. Due jobs in a queue's delayed set are first promoted to its
 -- ready set, oldest first, at most max(limit, 1000) per queue per call, so one call never
@@ -12,24 +17,33 @@
 -- and still fresh after a server restart that lost the last writes (docs/redis.md).
 --
 -- KEYS: one GROUP of keys per queue (_common.lua); several groups = several queues
--- ARGV[1] worker_id   ARGV[2] lease (µs)   ARGV[3] limit
--- Returns: one HGETALL reply (field, value, ...) per claimed job, in claim order
+-- ARGV[1] worker_id   ARGV[2] lease (optional, seconds)   ARGV[3] limit
+-- ARGV[4] default_lease (seconds)
+-- Returns: per claimed job, in claim order, {id, queue, kind, payload, priority,
+-- attempts, max_attempts, unique_key, lease_token, lease_until, created_at, lease
+-- (seconds, the one applied)}; kind and unique_key nil when absent
 
 local now = now_us()
-local worker, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = int(now)
+local worker, lease, limit = ARGV[1], opt(ARGV[2]), tonumber(ARGV[3])
 local promote = math.max(limit, 1000)
 
 local candidates = {}
 for first = 1, #KEYS, GROUP do
   local q = queue_at(first)
   if redis.call('EXISTS', q.paused) == 0 then
-    local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', int(now), 'LIMIT', 0, promote)
+    local due = redis.call('ZRANGEBYSCORE', q.delayed, '-inf', t, 'LIMIT', 0, promote)
     for _, id in ipairs(due) do
       local f = fields(q.job .. id, 'priority', 'available_at')
       redis.call('ZADD', q.ready, int(-tonumber(f.priority)), rank(f.available_at, id))
     end
     if #due > 0 then redis.call('ZREMRANGEBYRANK', q.delayed, 0, #due - 1) end
     local top = redis.call('ZRANGE', q.ready, 0, limit - 1, 'WITHSCORES')
+    if #top > 0 then
+      local s = fields(q.settings, 'default_lease', 'max_lease')
+      q.default_lease = s.default_lease or ARGV[4]
+      q.max_lease = s.max_lease
+    end
     for i = 1, #top, 2 do
       candidates[#candidates + 1] = {tonumber(top[i + 1]), top[i], q}
     end
@@ -43,19 +57,31 @@ if #KEYS > GROUP then
   end)
 end
 
-local lease_until = int(now + lease)
 local out = {}
 for i = 1, math.min(limit, #candidates) do
   local member, q = candidates[i][2], candidates[i][3]
   local id = id_of_rank(member)
   local key = q.job .. id
-  local token = math.max(tonumber(redis.call('HGET', key, 'lease_token')) + 1, now)
+  local f = fields(key, 'queue', 'kind', 'payload', 'priority', 'attempts', 'max_attempts',
+                   'unique_key', 'lease_token', 'created_at', 'lease', 'reserves',
+                   'started_at')
+  local seconds = lease or f.lease or q.default_lease
+  local lease_us = seconds_us(seconds)
+  if q.max_lease and seconds_us(q.max_lease) < lease_us then
+    seconds, lease_us = q.max_lease, seconds_us(q.max_lease)
+  end
+  local lease_until = int(now + math.max(lease_us, 1))
+  local token = int(math.max(tonumber(f.lease_token) + 1, now))
+  local attempts = int(tonumber(f.attempts) + 1)
+  local set = {'state', 'running', 'lease_token', token, 'worker_id', worker,
+               'lease_until', lease_until, 'attempts', attempts,
+               'reserves', int(tonumber(f.reserves or '0') + 1), 'leased_at', t,
+               'touched_at', t, 'touches', '0', 'updated_at', t}
+  if not f.started_at then set[#set + 1] = 'started_at'; set[#set + 1] = t end
   redis.call('ZREM', q.ready, member)
-  redis.call('HINCRBY', key, 'attempts', 1)
-  redis.call('HSET', key, 'state', 'running', 'lease_token', int(token),
-             'worker_id', worker, 'lease_until', lease_until)
-  redis.call('HSETNX', key, 'started_at', int(now))
+  hset(key, set)
   redis.call('ZADD', q.running, lease_until, id)
-  out[#out + 1] = redis.call('HGETALL', key)
+  out[#out + 1] = {id, f.queue, f.kind, f.payload, f.priority, attempts, f.max_attempts,
+                   f.unique_key, token, lease_until, f.created_at, seconds}
 end
 return out

@@ -1,41 +1,109 @@
 -- enqueue: nothing -> available or scheduled, for a batch of jobs, atomically. A job
 -- whose (queue, unique_key) is held by a live job is not written: that job's id comes
--- back with created = 0. Twins inside one batch are one job.
+-- back with created = 0. Twins inside one batch are one job. With unique_for, a job of
+-- the same key that finished (any terminal state) less than unique_for ago counts as a
+-- twin too, when no live one exists.
+--
+-- max_jobs (a queue setting) is checked for every queue of the batch, here, where it
+-- costs one HGET per queue: when a queue's live jobs (ready + delayed + running + dead)
+-- plus the jobs this batch would create in it exceed max_jobs, nothing is written. So the
+-- script decides everything first (pass 1) and writes after (pass 2).
 --
 -- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues
 -- KEYS[4..] one GROUP of keys per distinct queue of the batch (_common.lua)
--- ARGV: 9 values per job, in batch order:
+-- ARGV: 11 values per job, in batch order:
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
---   delay (µs from now), run_at (optional, µs since the epoch; wins over delay)
+--   delay (µs from now), run_at (optional, µs since the epoch; wins over delay),
+--   lease (optional, seconds), unique_for (optional, µs)
 -- Publishes: each queue that got a job due now, once, on P:wake (_common.lua)
--- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin)
+-- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin); or
+-- {"full", group, max_jobs} when a queue would exceed its max_jobs (nothing written)
 
+local N = 11
 local now = now_us()
 local created_at = int(now)
+
+local groups = {}
+local function group(number)
+  local q = groups[number]
+  if not q then
+    q = queue_at(4 + (tonumber(number) - 1) * GROUP)
+    groups[number] = q
+  end
+  return q
+end
+
+-- The newest job of this key that finished less than `window` µs ago, or false.
+local function recent_twin(q, unique_key, window)
+  if not window then return false end
+  local id = redis.call('HGET', q.finished, unique_key)
+  if not id then return false end
+  -- Read from the job itself: a pruned job is no twin, whatever the record says.
+  local finished_at = redis.call('HGET', q.job .. id, 'finished_at')
+  if finished_at and tonumber(finished_at) > now - tonumber(window) then return id end
+  return false
+end
+
+-- Pass 1: decide, writing nothing. For the job whose values start at ARGV[i], twin[i] is
+-- the id of an existing twin, same[i] the number (1-based) of an earlier job of this batch
+-- that it duplicates.
+local twin, same, creates, first_of = {}, {}, {}, {}
+for i = 1, #ARGV, N do
+  local g, unique_key = ARGV[i], opt(ARGV[i + 6])
+  if unique_key then
+    local q = group(g)
+    local mine = g .. ':' .. unique_key  -- group digits never hold ':'
+    local live = redis.call('HGET', q.unique, unique_key)
+    if live then
+      twin[i] = live
+    elseif first_of[mine] then
+      same[i] = first_of[mine]
+    else
+      twin[i] = recent_twin(q, unique_key, opt(ARGV[i + 10])) or nil
+      if not twin[i] then first_of[mine] = (i - 1) / N + 1 end
+    end
+  end
+  if not twin[i] and not same[i] then creates[g] = (creates[g] or 0) + 1 end
+end
+
+for g, count in pairs(creates) do
+  local q = group(g)
+  local cap = redis.call('HGET', q.settings, 'max_jobs')
+  if cap then
+    local live = redis.call('ZCARD', q.ready) + redis.call('ZCARD', q.delayed)
+      + redis.call('ZCARD', q.running) + redis.call('ZCARD', q.dead)
+    if live + count > tonumber(cap) then return {'full', g, cap} end
+  end
+end
+
+-- Pass 2: write.
 local out = {}
-for i = 1, #ARGV, 9 do
-  local q = queue_at(4 + (tonumber(ARGV[i]) - 1) * GROUP)
-  local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
-  local priority, max_attempts, unique_key = ARGV[i + 4], ARGV[i + 5], opt(ARGV[i + 6])
-  local run_at = opt(ARGV[i + 8])
-  local twin = unique_key and redis.call('HGET', q.unique, unique_key)
-  if twin then
-    out[#out + 1] = tonumber(twin)
+for i = 1, #ARGV, N do
+  if twin[i] then
+    out[#out + 1] = tonumber(twin[i])
+    out[#out + 1] = 0
+  elseif same[i] then
+    out[#out + 1] = out[2 * same[i] - 1]  -- that job's id: ids and flags alternate
     out[#out + 1] = 0
   else
+    local q = group(ARGV[i])
+    local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
+    local priority, unique_key = ARGV[i + 4], opt(ARGV[i + 6])
+    local run_at, lease = opt(ARGV[i + 8]), opt(ARGV[i + 9])
     local id = int(redis.call('INCR', KEYS[1]))
     local at = run_at or int(now + tonumber(ARGV[i + 7]))
     local key = q.job .. id
-    redis.call('HSET', key, 'id', id, 'queue', queue, 'payload', payload,
-               'priority', priority, 'max_attempts', max_attempts, 'state', 'available',
-               'attempts', '0', 'lease_token', '0', 'available_at', at,
-               'created_at', created_at)
-    if kind then redis.call('HSET', key, 'kind', kind) end
+    local set = {'id', id, 'queue', queue, 'payload', payload, 'priority', priority,
+                 'max_attempts', ARGV[i + 5], 'state', 'available', 'attempts', '0',
+                 'lease_token', '0', 'available_at', at, 'created_at', created_at}
+    if kind then set[#set + 1] = 'kind'; set[#set + 1] = kind end
+    if lease then set[#set + 1] = 'lease'; set[#set + 1] = lease end
     if unique_key then
-      redis.call('HSET', key, 'unique_key', unique_key)
+      set[#set + 1] = 'unique_key'; set[#set + 1] = unique_key
       redis.call('HSET', q.unique, unique_key, id)
     end
+    hset(key, set)
     redis.call('ZADD', q.jobs, id, id)
     make_available(q, id, at, priority, now)
     redis.call('HSET', KEYS[2], id, queue)

@@ -1,6 +1,7 @@
 -- prune: deletes history jobs that finished more than `age` ago (the job hash, its
--- entries in the history and jobs sets, its id index entry), up to `batch` per call;
--- the driver calls again while a call fills its batch. Live jobs are never touched.
+-- entries in the history and jobs sets, its id index entry, and its unique key's
+-- finished record when that names it), up to `batch` per call; the driver calls again
+-- while a call fills its batch. Live jobs are never touched.
 --
 -- KEYS[1] {P}:index   KEYS[2..] one GROUP of keys per queue (_common.lua)
 -- ARGV[1] age (µs)   ARGV[2] batch
@@ -11,11 +12,20 @@ local left = tonumber(ARGV[2])
 local deleted = 0
 for first = 2, #KEYS, GROUP do
   local q = queue_at(first)
+  -- Only queues that finished keyed jobs pay a read per pruned job.
+  local records = redis.call('EXISTS', q.finished) == 1
   for _, set in ipairs({q.completed, q.cancelled, q.discarded}) do
     if left <= 0 then return deleted end
     local ids = redis.call('ZRANGEBYSCORE', set, '-inf', cutoff, 'LIMIT', 0, left)
     for _, id in ipairs(ids) do
-      redis.call('DEL', q.job .. id)
+      local key = q.job .. id
+      if records then
+        local unique_key = redis.call('HGET', key, 'unique_key')
+        if unique_key and redis.call('HGET', q.finished, unique_key) == id then
+          redis.call('HDEL', q.finished, unique_key)
+        end
+      end
+      redis.call('DEL', key)
       redis.call('HDEL', KEYS[1], id)
       redis.call('ZREM', set, id)
       redis.call('ZREM', q.jobs, id)

@@ -1,9 +1,9 @@
 -- release: running -> available after `delay` with the attempt given back (not a
--- failure: the last error is kept as it was); -> cancelled (history) when a cancel was
--- requested.
+-- failure: the last error is kept as it was), releases + 1, at `priority` when given
+-- (the ready set's score follows it); -> cancelled (history) when a cancel was requested.
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
--- ARGV[1] lease token   ARGV[2] delay (µs)
+-- ARGV[1] lease token   ARGV[2] delay (µs)   ARGV[3] priority (optional)
 -- Publishes: the queue on P:wake when the job is available now (delay 0)
 -- Returns: the new state (available, scheduled, cancelled), or "lost" when the lease is
 -- not held, or "missing" when there is no such job (nothing changed)
@@ -11,13 +11,16 @@
 local key, q = KEYS[1], queue_at(2)
 local refused = not_held(key, ARGV[1])
 if refused then return refused end
-local f = fields(key, 'id', 'cancel_requested')
-local delay, now = tonumber(ARGV[2]), now_us()
+local f = fields(key, 'id', 'cancel_requested', 'attempts', 'releases')
+local delay, now, priority = tonumber(ARGV[2]), now_us(), opt(ARGV[3])
 if f.cancel_requested then
   archive(q, key, f.id, 'cancelled', false, false, now)
   return 'cancelled'
 end
-redis.call('HINCRBY', key, 'attempts', -1)
-reschedule(q, key, f.id, now, delay, false)
+-- reschedule() reads the priority it files the job under: set it first.
+if priority then redis.call('HSET', key, 'priority', priority) end
+reschedule(q, key, f.id, now, delay, false,
+           {'attempts', int(tonumber(f.attempts) - 1),
+            'releases', int(tonumber(f.releases or '0') + 1)})
 if delay > 0 then return 'scheduled' end
 return 'available'

@@ -1,5 +1,5 @@
--- retry: dead -> available now with attempts reset to 0; scheduled -> available now
--- with its attempts kept.
+-- retry: dead -> available now with attempts reset to 0 and kicks + 1; scheduled ->
+-- available now with its attempts kept.
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- Publishes: the queue on P:wake when the job was retried
@@ -12,13 +12,15 @@ if not f.state then return 'missing' end
 local now = now_us()
 if f.state == 'dead' then
   redis.call('HSET', key, 'attempts', '0')
+  redis.call('HINCRBY', key, 'kicks', 1)
   redis.call('ZREM', q.dead, f.id)
+  redis.call('ZREM', q.buried, f.id)
 elseif f.state == 'available' and tonumber(f.available_at) > now then
   redis.call('ZREM', q.delayed, f.id)
 else
   return f.state
 end
 local at = int(now)
-redis.call('HSET', key, 'state', 'available', 'available_at', at)
+redis.call('HSET', key, 'state', 'available', 'available_at', at, 'updated_at', at)
 make_available(q, f.id, at, f.priority, now)
 return 'ok'

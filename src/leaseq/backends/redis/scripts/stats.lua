@@ -2,15 +2,40 @@
 -- Scheduled = available_at in the future; a due job still waiting in the delayed set
 -- counts as available.
 --
--- KEYS: one GROUP of keys per queue (_common.lua)
+-- The oldest due job: the ready set orders by priority first, so its oldest job is the
+-- oldest of the first member of each priority (one ZRANGEBYSCORE per distinct priority,
+-- at most PRIORITIES of them), or the first of the delayed set when that one is due.
+--
+-- KEYS[1] {P}:configured   KEYS[2..] one GROUP of keys per queue (_common.lua)
+-- ARGV: the queue names, in KEYS order
 -- Returns: per queue, in KEYS order, {available, scheduled, running, dead, completed,
--- cancelled, discarded, paused (1/0)}
+-- cancelled, discarded, paused (1/0), has a settings row (1/0), µs the oldest due job
+-- has been due (nil when none is)}
 
-local now = int(now_us())
+local PRIORITIES = 1000
+local now = now_us()
+local t = int(now)
+
+local function oldest_due(q)
+  local oldest = false
+  local first = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
+  if first[1] and tonumber(first[2]) <= now then oldest = tonumber(first[2]) end
+  local score = '-inf'
+  for _ = 1, PRIORITIES do
+    local top = redis.call('ZRANGEBYSCORE', q.ready, score, '+inf', 'WITHSCORES',
+                           'LIMIT', 0, 1)
+    if not top[1] then break end
+    local at = tonumber(redis.call('HGET', q.job .. id_of_rank(top[1]), 'available_at'))
+    if not oldest or at < oldest then oldest = at end
+    score = '(' .. top[2]
+  end
+  return oldest and int(math.max(now - oldest, 0))
+end
+
 local out = {}
-for first = 1, #KEYS, GROUP do
+for first = 2, #KEYS, GROUP do
   local q = queue_at(first)
-  local due = redis.call('ZCOUNT', q.delayed, '-inf', now)
+  local due = redis.call('ZCOUNT', q.delayed, '-inf', t)
   out[#out + 1] = {
     redis.call('ZCARD', q.ready) + due,
     redis.call('ZCARD', q.delayed) - due,
@@ -20,6 +45,8 @@ for first = 1, #KEYS, GROUP do
     redis.call('ZCARD', q.cancelled),
     redis.call('ZCARD', q.discarded),
     redis.call('EXISTS', q.paused),
+    redis.call('SISMEMBER', KEYS[1], ARGV[(first - 2) / GROUP + 1]),
+    oldest_due(q),
   }
 end
 return out

@@ -1,0 +1,389 @@
+"""What ``Queue`` and ``AsyncQueue`` share: every check, encoding and default, with no I/O.
+
+The two clients differ only in ``await``; everything that decides something lives here so
+they cannot drift apart. Queue settings stored in the database are cached per client for
+``CONFIG_TTL`` seconds, so an enqueue or a nack reads them at most that often.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from leaseq import _wakeup
+from leaseq._core import validate as v
+from leaseq._core.backoff import Backoff
+from leaseq._core.job import (
+    LIVE_STATES,
+    QUEUE_SETTINGS,
+    TERMINAL_STATES,
+    Job,
+    JobState,
+    QueueConfig,
+    QueueStats,
+    ServerStats,
+)
+from leaseq._core.settings import Settings
+from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.errors import (
+    ClientClosed,
+    InvalidArgument,
+    JobCancelled,
+    LeaseLost,
+    TouchLimitExceeded,
+)
+
+CONFIG_TTL = 2.0
+"""Seconds a client keeps the queue settings it read (``configure_queue`` by another
+client takes effect here within this time; the client that configures sees it at once)."""
+
+POLL_FIRST = 0.002
+POLL_CAP = 0.02
+"""A blocking ``dequeue`` polls from ``POLL_FIRST`` seconds, doubling up to ``POLL_CAP``,
+between wake-ups: a job made due by another process is seen within ~20 ms plus a claim."""
+
+_ENQUEUE_KEYS = frozenset({
+    "queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts",
+    "lease", "unique_for",
+})
+PEEK_STATES: tuple[PeekState, ...] = ("available", "scheduled", "dead")
+
+
+class Keep(enum.Enum):
+    """The default of ``configure_queue``'s arguments: leave the stored value as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Closed:
+    """Stands in for a closed client's backend: every call raises ``ClientClosed``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.supports_transactions = False
+
+    def __getattr__(self, method: str) -> Any:
+        raise ClientClosed(f"this leaseq client ({self.name}) is closed; connect again")
+
+
+def _duration(name: str, value: object, positive: bool) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    return v.seconds(name, value, positive=positive)
+
+
+def _check_setting(name: str, value: object) -> int | float:
+    """One queue setting, checked (``configure_queue``)."""
+    if name == "max_attempts":
+        return v.integer(name, value, 1, 1_000_000)
+    if name == "max_jobs":
+        return v.integer(name, value, 1, 2**53)
+    if name == "max_touches":
+        return v.integer(name, value, 0)
+    if name == "jitter":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise InvalidArgument(f"jitter must be a number in [0, 1), got {value!r}")
+        return float(value)
+    positive = name in ("default_lease", "max_lease", "max_touch_duration")
+    return _duration(name, value, positive)
+
+
+class Shared:
+    """Validation, encoding and defaults shared by both clients."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url = url
+        self.settings = settings
+        self._wake_key = _wakeup.key(url, settings.table_prefix)
+        self._last_reclaim = float("-inf")
+        self._reclaim_lock = threading.Lock()
+        self._configs: dict[str, QueueConfig] = {}
+        self._configs_read = float("-inf")
+        self._capped: frozenset[str] = frozenset()
+        self._backoffs: dict[str, Backoff] = {}
+        self._closed = False
+        self._waiting: set[threading.Event] = set()
+
+    # -- queue settings cache -------------------------------------------------------------
+
+    def _configs_stale(self) -> bool:
+        return time.monotonic() - self._configs_read >= CONFIG_TTL
+
+    def _store_configs(self, configs: dict[str, QueueConfig]) -> None:
+        self._configs = configs
+        self._capped = frozenset(q for q, c in configs.items() if c.max_jobs is not None)
+        self._backoffs = {}
+        self._configs_read = time.monotonic()
+
+    def _forget_configs(self) -> None:
+        self._configs_read = float("-inf")
+
+    def _backoff_for(self, queue: str) -> Backoff:
+        config = self._configs.get(queue)
+        base = self.settings.backoff
+        if config is None or (config.base_backoff is None and config.max_backoff is None
+                              and config.jitter is None):
+            return base
+        backoff = self._backoffs.get(queue)
+        if backoff is None:
+            start = base.base if config.base_backoff is None else config.base_backoff
+            cap = base.cap if config.max_backoff is None else config.max_backoff
+            jitter = base.jitter if config.jitter is None else config.jitter
+            backoff = self._backoffs[queue] = Backoff(start, max(cap, start), jitter)
+        return backoff
+
+    def _setting_changes(
+        self, current: QueueConfig, given: Mapping[str, object]
+    ) -> dict[str, int | float | None]:
+        changes: dict[str, int | float | None] = {}
+        for name, value in given.items():
+            if value is KEEP:
+                continue
+            changes[name] = None if value is None else _check_setting(name, value)
+        merged = {n: getattr(current, n) for n in QUEUE_SETTINGS} | changes
+        base = self.settings.backoff
+        start = base.base if merged["base_backoff"] is None else merged["base_backoff"]
+        cap = base.cap if merged["max_backoff"] is None else merged["max_backoff"]
+        if cap < start:
+            raise InvalidArgument(
+                f"max_backoff ({cap}) must be >= base_backoff ({start}) for queue "
+                f"{current.queue!r}"
+            )
+        return changes
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    def _new_job(
+        self,
+        queue: str,
+        payload: Any = None,
+        *,
+        kind: str | None = None,
+        priority: int = 0,
+        delay: float | timedelta = 0,
+        run_at: datetime | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        lease: float | timedelta | None = None,
+        unique_for: float | timedelta | None = None,
+    ) -> NewJob:
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        if run_at is not None and delay:
+            raise InvalidArgument("give delay or run_at, not both")
+        name = v.queue_name(queue)
+        if max_attempts is None:
+            config = self._configs.get(name)
+            max_attempts = config.max_attempts if config and config.max_attempts else None
+        if unique_for is not None and unique_key is None:
+            raise InvalidArgument("unique_for needs a unique_key")
+        return NewJob(
+            queue=name,
+            payload=v.encode(payload, self.settings.max_payload_bytes),
+            kind=v.optional_text("kind", kind, v.MAX_KIND),
+            priority=v.integer("priority", priority, v.INT32[0]),
+            delay=v.seconds("delay", delay),
+            run_at=None if run_at is None else v.aware_utc("run_at", run_at),
+            unique_key=v.optional_text("unique_key", unique_key, v.MAX_UNIQUE_KEY),
+            max_attempts=v.integer(
+                "max_attempts",
+                self.settings.max_attempts if max_attempts is None else max_attempts,
+                1,
+                1_000_000,
+            ),
+            lease=None if lease is None else _duration("lease", lease, True),
+            unique_for=None if unique_for is None else _duration("unique_for", unique_for, True),
+        )
+
+    def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:
+        jobs = []
+        for n, item in enumerate(items):
+            # type() first: isinstance against the Mapping ABC costs more than the rest.
+            if not (type(item) is dict or isinstance(item, Mapping)) or "queue" not in item:
+                raise InvalidArgument(
+                    f"enqueue_many item {n} must be a mapping with at least 'queue', got "
+                    f"{item!r:.80}"
+                )
+            if not item.keys() <= _ENQUEUE_KEYS:
+                unknown = sorted(set(item) - _ENQUEUE_KEYS)
+                raise InvalidArgument(f"enqueue_many item {n} has unknown keys {unknown}")
+            jobs.append(self._new_job(**item))
+        return jobs
+
+    def _capped_in(self, jobs: Sequence[NewJob]) -> frozenset[str]:
+        """The queues of ``jobs`` whose ``max_jobs`` this client knows to be set."""
+        if not self._capped:
+            return frozenset()
+        return frozenset(job.queue for job in jobs if job.queue in self._capped)
+
+    # -- dequeue ----------------------------------------------------------------------------
+
+    def _claim_args(
+        self, queues: str | Sequence[str], worker_id: str | None, lease: float | None,
+        limit: int, wait: float | timedelta,
+    ) -> tuple[list[str], str, float | None, int, float]:
+        return (
+            v.queue_names(queues),
+            v.optional_text("worker_id", worker_id, v.MAX_WORKER_ID) or default_worker_id(),
+            None if lease is None else v.seconds("lease", lease, positive=True),
+            v.integer("limit", limit, 1, 10_000),
+            _duration("wait", wait, False),
+        )
+
+    def _reclaim_due(self) -> bool:
+        """True at most once per ``reclaim_interval``: dequeue then reclaims inline."""
+        interval = self.settings.reclaim_interval
+        if interval is None:
+            return False
+        with self._reclaim_lock:
+            now = time.monotonic()
+            if now - self._last_reclaim < interval:
+                return False
+            self._last_reclaim = now
+            return True
+
+    # -- holders ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _held(job: object) -> tuple[int, int]:
+        if not isinstance(job, Job):
+            raise InvalidArgument(f"expected a leaseq.Job from dequeue, got {type(job).__name__}")
+        return job.id, job.lease_token
+
+    def _retry_delay(
+        self, job: Job, delay: float | timedelta | None, backoff: Backoff | None
+    ) -> float:
+        if delay is None:
+            return (backoff or self._backoff_for(job.queue)).delay(job.attempts)
+        if isinstance(delay, timedelta):
+            delay = delay.total_seconds()
+        return v.seconds("delay", delay)
+
+    @staticmethod
+    def _error(error: object) -> str | None:
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"
+        return v.error_text(error)
+
+    def _failures(
+        self, jobs: Iterable[Job | tuple[Job, object]], backoff: Backoff | None
+    ) -> list[FailItem]:
+        items = []
+        for entry in jobs:
+            job, error = entry if isinstance(entry, tuple) else (entry, None)
+            job_id, token = self._held(job)
+            items.append((job_id, token, self._error(error), self._retry_delay(job, None, backoff)))
+        return items
+
+    @staticmethod
+    def _priority(priority: object) -> int | None:
+        return None if priority is None else v.integer("priority", priority, v.INT32[0])
+
+    def _result(self, result: object) -> str | None:
+        if result is None:
+            return None
+        return v.encode(result, self.settings.max_payload_bytes, "result")
+
+    @staticmethod
+    def _limit(limit: object) -> int:
+        return v.integer("limit", limit, 1, 10**9)
+
+    @staticmethod
+    def _job_id(job_id: object) -> int:
+        return v.integer("job_id", job_id, 1, 2**63 - 1)
+
+    def _batch_items(
+        self, jobs: Iterable[Job | tuple[Job, Any]]
+    ) -> list[tuple[int, int, str | None]]:
+        items = []
+        for entry in jobs:
+            job, result = entry if isinstance(entry, tuple) else (entry, None)
+            items.append((*self._held(job), self._result(result)))
+        return items
+
+    def _renewals(self, jobs: Iterable[Job], extend: float | None
+                  ) -> tuple[list[Job], list[tuple[int, int, float]]]:
+        held = list(jobs)
+        items = []
+        for job in held:
+            job_id, token = self._held(job)
+            seconds = v.seconds("extend", job.lease if extend is None else extend, positive=True)
+            items.append((job_id, token, seconds))
+        return held, items
+
+    @staticmethod
+    def _lease_states(
+        jobs: list[Job], raw: list[RenewOutcome]
+    ) -> list[datetime | LeaseLost | JobCancelled | TouchLimitExceeded]:
+        out: list[datetime | LeaseLost | JobCancelled | TouchLimitExceeded] = []
+        for job, status in zip(jobs, raw, strict=True):
+            if status is None:
+                out.append(LeaseLost(f"lease {job.lease_token} on job {job.id} is no longer valid"))
+            elif isinstance(status, TouchLimitExceeded):
+                out.append(status)
+            elif status[1]:
+                out.append(JobCancelled(f"job {job.id} was cancelled"))
+            else:
+                out.append(status[0])
+        return out
+
+    # -- reads ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _listing(
+        queue: str | None, state: object, limit: object, after: object
+    ) -> tuple[str | None, JobState | None, int, int]:
+        if state is not None and state not in (*LIVE_STATES, *TERMINAL_STATES):
+            raise InvalidArgument(
+                f"state must be one of {', '.join((*LIVE_STATES, *TERMINAL_STATES))}, "
+                f"got {state!r}"
+            )
+        return (
+            None if queue is None else v.queue_name(queue),
+            state,
+            v.integer("limit", limit, 1, 10_000),
+            v.integer("after", after, 0, 2**63 - 1),
+        )
+
+    @staticmethod
+    def _peeking(queue: str, state: object, limit: object) -> tuple[str, PeekState, int]:
+        if state not in PEEK_STATES:
+            raise InvalidArgument(f"peek state must be one of {', '.join(PEEK_STATES)}, "
+                                  f"got {state!r}")
+        return v.queue_name(queue), state, v.integer("limit", limit, 1, 10_000)
+
+    @staticmethod
+    def _totals(stats: dict[str, QueueStats], backend: str, version: str) -> ServerStats:
+        ages = [s.oldest_available_age for s in stats.values()
+                if s.oldest_available_age is not None]
+        return ServerStats(
+            queues=len(stats),
+            **{field: sum(getattr(s, field) for s in stats.values())
+               for field in ("available", "scheduled", "running", "dead", "completed",
+                             "cancelled", "discarded")},
+            oldest_available_age=max(ages) if ages else None,
+            backend=backend,
+            server_version=version,
+        )
+
+    @staticmethod
+    def _age(older_than: timedelta | float) -> float:
+        if isinstance(older_than, timedelta):
+            older_than = older_than.total_seconds()
+        return v.seconds("older_than", older_than)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url.split('@')[-1]!r}>"
