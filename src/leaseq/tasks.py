@@ -9,7 +9,12 @@
 
 A job's payload is the call's keyword arguments as a JSON object and its ``kind`` the
 task's name. Arguments are bound to the function's signature at enqueue time, so a call
-that the function would refuse is refused before anything is written.
+that the function would refuse is refused before anything is written. Arguments and
+results annotated with dataclasses, pydantic models, ``datetime`` and a few other types
+are stored as JSON and rebuilt before the call (``_typed.py``, docs/typed-payloads.md).
+
+``on_failure`` and ``on_dead`` hooks, per task or for the whole app, are told about failed
+attempts and dead jobs (docs/hooks.md).
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from leaseq import _typed
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import EnqueueResult
+from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
+from leaseq._hooks import FailureHook
 from leaseq.errors import ConfigurationError, InvalidArgument
 
 P = ParamSpec("P")
@@ -54,13 +63,25 @@ class TaskOptions:
 class Task(Generic[P, R]):
     """A function registered with an ``App``. Calling it runs it; ``enqueue`` queues it."""
 
-    def __init__(self, app: App, fn: Callable[P, R], name: str, options: TaskOptions):
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, R],
+        name: str,
+        options: TaskOptions,
+        *,
+        on_failure: FailureHook | None = None,
+        on_dead: FailureHook | None = None,
+    ):
         self.app = app
         self.fn = fn
         self.name = name
         self.defaults = options
         self.signature = inspect.signature(fn)
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._hooks: dict[Hook, FailureHook | None] = {
+            "on_failure": _hook("on_failure", on_failure), "on_dead": _hook("on_dead", on_dead)
+        }
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -79,6 +100,42 @@ class Task(Generic[P, R]):
     def backoff(self) -> Backoff:
         """Retry delays after a failure."""
         return self.defaults.backoff or self.app.settings.backoff
+
+    @property
+    def on_failure(self) -> FailureHook | None:
+        """Called as ``fn(job, exc)`` after every attempt that failed by raising: the
+        task's own hook, else the app's."""
+        return self.hook("on_failure")
+
+    @property
+    def on_dead(self) -> FailureHook | None:
+        """Called as ``fn(job, exc)`` when a failure left the job dead (attempts used up,
+        or ``Bury``): the task's own hook, else the app's."""
+        return self.hook("on_dead")
+
+    def hook(self, which: Hook) -> FailureHook | None:
+        """The ``on_failure`` or ``on_dead`` hook that applies to this task, if any."""
+        own = self._hooks[which]
+        if own is not None:
+            return own
+        return self.app.on_failure if which == "on_failure" else self.app.on_dead
+
+    @cached_property
+    def conversion(self) -> _typed.Conversion | None:
+        """How arguments and result of richer types than JSON's cross the queue, from the
+        function's annotations (resolved on first use, once); None when no annotation
+        needs converting, and then payloads pass untouched."""
+        return _typed.conversion(self.fn, self.name)
+
+    def decode_result(self, value: Any) -> Any:
+        """Rebuild a stored result (``JobInfo.result``, plain JSON) into the type the
+        function's return annotation names: ``task.decode_result(q.get(id).result)``.
+
+        Raises:
+            TypeError: The value does not fit the annotation.
+        """
+        conversion = self.conversion
+        return value if conversion is None else conversion.load_result(value)
 
     def options(
         self,
@@ -142,19 +199,24 @@ class BoundTask(Generic[P, R]):
         unique = self.opts.unique_key
         if callable(unique):
             unique = unique(**arguments)
+        conversion = self.task.conversion
+        payload = arguments if conversion is None else conversion.dump_arguments(arguments)
         return {
-            "queue": self.opts.queue, "payload": arguments, "kind": self.task.name,
+            "queue": self.opts.queue, "payload": payload, "kind": self.task.name,
             "priority": self.opts.priority, "delay": self.opts.delay, "run_at": self.opts.run_at,
             "unique_key": unique, "max_attempts": self.opts.max_attempts,
+            # A task's own lease travels with each job, so any worker or plain dequeue
+            # leases it for as long as the task asked (within the queue's max_lease).
+            "lease": self.opts.lease,
         }
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """Queue a call with these options."""
-        arguments = self.task.arguments(args, kwargs)
+        item = self._item(self.task.arguments(args, kwargs))
         app = self.task.app
         if app.eager:
-            return app.run_eagerly(self.task, arguments)
-        return app.queue.enqueue(**self._item(arguments), conn=self.conn)
+            return app.run_eagerly(self.task, item["payload"])
+        return app.queue.enqueue(**item, conn=self.conn)
 
     def enqueue_many(self, calls: Iterable[Mapping[str, Any]]) -> list[EnqueueResult]:
         """Queue many calls with these options in one round trip."""
@@ -170,11 +232,11 @@ class BoundTask(Generic[P, R]):
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """Queue a call with these options, from asyncio code."""
-        arguments = self.task.arguments(args, kwargs)
+        item = self._item(self.task.arguments(args, kwargs))
         app = self.task.app
         if app.eager:
-            return await app.run_eagerly_async(self.task, arguments)
-        return await app.async_queue.enqueue(**self._item(arguments), conn=self.conn)
+            return await app.run_eagerly_async(self.task, item["payload"])
+        return await app.async_queue.enqueue(**item, conn=self.conn)
 
 
 class App:
@@ -182,11 +244,25 @@ class App:
 
     Args:
         url: Database URL; None uses ``sqlite:///leaseq.db`` in the current directory.
+        on_failure: Default ``on_failure`` hook of every task that has none of its own:
+            ``fn(job, exc)``, plain or ``async def``, called after each attempt that
+            failed by raising (docs/hooks.md).
+        on_dead: Default ``on_dead`` hook: ``fn(job, exc)``, called when a failure left
+            the job dead.
         **settings: ``leaseq.Settings`` fields (lease, max_attempts, backoff, ...).
     """
 
-    def __init__(self, url: str | None = None, **settings: Any) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        on_failure: FailureHook | None = None,
+        on_dead: FailureHook | None = None,
+        **settings: Any,
+    ) -> None:
         self.url = url or DEFAULT_URL
+        self.on_failure = _hook("on_failure", on_failure)
+        self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.eager = False
@@ -240,6 +316,8 @@ class App:
         lease: float | None = None,
         backoff: Backoff | None = None,
         unique_key: UniqueKey = None,
+        on_failure: FailureHook | None = None,
+        on_dead: FailureHook | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -254,6 +332,8 @@ class App:
         lease: float | None = None,
         backoff: Backoff | None = None,
         unique_key: UniqueKey = None,
+        on_failure: FailureHook | None = None,
+        on_dead: FailureHook | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function (plain or ``async def``) as a task.
 
@@ -267,6 +347,11 @@ class App:
             backoff: Retry delays; defaults to the app's setting.
             unique_key: A string, or a function of the task's arguments returning one:
                 at most one live job per key.
+            on_failure: ``fn(job, exc)``, plain or ``async def``, called in the worker after
+                every attempt that failed by raising, with the job as stored after the
+                failure. Defaults to the app's ``on_failure``.
+            on_dead: ``fn(job, exc)``, called when a failure left the job dead (attempts
+                used up, or ``Bury``). Defaults to the app's ``on_dead``.
         """
         options = TaskOptions(
             queue=v.queue_name(queue),
@@ -283,29 +368,43 @@ class App:
             v.optional_text("name", task_name, v.MAX_KIND)
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
-            task = Task(self, fn, task_name, options)
+            task = Task(self, fn, task_name, options, on_failure=on_failure, on_dead=on_dead)
             self.tasks[task_name] = task
             return task
 
         return register(fn) if fn is not None else register
 
-    def run_eagerly(self, task: Task[Any, Any], arguments: dict[str, Any]) -> EnqueueResult:
-        """Inline mode (``leaseq.testing.inline``): run the call now, in this thread."""
-        arguments = v.decode(v.encode(arguments, self.settings.max_payload_bytes))
+    def run_eagerly(self, task: Task[Any, Any], payload: dict[str, Any]) -> EnqueueResult:
+        """Inline mode (``leaseq.testing.inline``): run the call now, in this thread, with
+        the payload as a worker would see it. No job is stored, so no hook runs."""
+        arguments = self._through_json(task, payload)
         result = task.fn(**arguments)
         if inspect.isawaitable(result):
             asyncio.run(_await(result))
         return EnqueueResult(next(self._eager_ids), True)
 
     async def run_eagerly_async(
-        self, task: Task[Any, Any], arguments: dict[str, Any]
+        self, task: Task[Any, Any], payload: dict[str, Any]
     ) -> EnqueueResult:
         """``run_eagerly`` for ``enqueue_async``: awaits the task on the caller's loop."""
-        arguments = v.decode(v.encode(arguments, self.settings.max_payload_bytes))
+        arguments = self._through_json(task, payload)
         result = task.fn(**arguments)
         if inspect.isawaitable(result):
             await result
         return EnqueueResult(next(self._eager_ids), True)
+
+
+    def _through_json(self, task: Task[Any, Any], payload: dict[str, Any]) -> dict[str, Any]:
+        """The arguments a worker would call the task with: stored, read back, rebuilt."""
+        stored = v.decode(v.encode(payload, self.settings.max_payload_bytes))
+        conversion = task.conversion
+        return stored if conversion is None else conversion.load_arguments(stored)
+
+
+def _hook(which: str, hook: FailureHook | None) -> FailureHook | None:
+    if hook is not None and not callable(hook):
+        raise ConfigurationError(f"{which} must be a function fn(job, exc), got {hook!r}")
+    return hook
 
 
 async def _await(awaitable: Any) -> Any:

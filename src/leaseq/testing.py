@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from leaseq import _hooks
 from leaseq._core import outcome as decide
-from leaseq._core.job import Job, JobInfo
+from leaseq._core.job import Job, JobInfo, JobState
+from leaseq.errors import ValidationError
 from leaseq.tasks import App, Task
 from leaseq.worker.context import JobContext, set_current
 
@@ -98,7 +100,8 @@ class DrainResult:
 
 
 def run_job(app: App, job: Job) -> decide.Outcome:
-    """Run one leased job through its task, as a worker would, and record the outcome."""
+    """Run one leased job through its task, as a worker would, and record the outcome
+    (calling the task's failure hooks, as a worker would)."""
     return _run(app, job)[0]
 
 
@@ -110,19 +113,50 @@ def _run(app: App, job: Job) -> tuple[decide.Outcome, Exception | None]:
     else:
         token = set_current(JobContext(job=job, lease=task.lease, started=True))
         try:
-            result = task.fn(**job.payload)
-            if inspect.isawaitable(result):
-                result = asyncio.run(_await(result))
-            outcome = decide.succeeded(result)
+            outcome = decide.succeeded(_call(task, job.payload))
         except Exception as exc:
             outcome, error = decide.failed(exc), exc
         finally:
             set_current(None)
             del token
-    backoff = task.backoff if task else None
-    for method, args, kwargs in decide.calls(job, outcome, backoff):
-        getattr(app.queue, method)(*args, **kwargs)
+    outcome, state = _record(app, job, outcome, task)
+    if error is None and outcome.exc is not None:  # the result could not be stored
+        error = outcome.exc if isinstance(outcome.exc, Exception) else None
+    if task is not None and outcome.exc is not None:
+        hooks = [(w, h) for w in decide.hooks(outcome, state) if (h := task.hook(w)) is not None]
+        info = app.queue.get(job.id) if hooks else None
+        for which, hook in hooks:
+            assert info is not None
+            _hooks.call(hook, info, outcome.exc, task.name, which)
     return outcome, error
+
+
+def _call(task: Task[Any, Any], payload: Any) -> Any:
+    """The handler's result for this payload, as a worker calls it."""
+    conversion = task.conversion
+    arguments = payload if conversion is None else conversion.load_arguments(payload)
+    result = task.fn(**arguments)
+    if inspect.isawaitable(result):
+        result = asyncio.run(_await(result))
+    return result if conversion is None else conversion.dump_result(result)
+
+
+def _record(app: App, job: Job, outcome: decide.Outcome, task: Task[Any, Any] | None
+            ) -> tuple[decide.Outcome, JobState | None]:
+    """Write ``outcome`` as a worker does; returns what was written and the state a nack
+    left the job in."""
+    backoff = task.backoff if task else None
+    state: JobState | None = None
+    try:
+        for method, args, kwargs in decide.calls(job, outcome, backoff):
+            returned = getattr(app.queue, method)(*args, **kwargs)
+            state = returned if method == "nack" else state
+    except ValidationError as exc:
+        if outcome.action != "ack":
+            raise
+        outcome = decide.unstorable_result(exc)  # as the worker: the attempt failed
+        state = app.queue.nack(job, outcome.error, backoff=backoff)
+    return outcome, state
 
 
 def drain(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from leaseq._core.job import Job
 
@@ -35,6 +36,10 @@ class JobContext:
     started: bool = False
     deadline: float = field(default_factory=time.monotonic)
     next_beat: float = field(default_factory=time.monotonic)
+    # Where the lease ends: as the database last reported it, and as this process's
+    # monotonic clock estimates it (moved by exactly what the database moved it).
+    until: datetime | None = None
+    expires: float = 0.0
 
     @property
     def should_stop(self) -> bool:

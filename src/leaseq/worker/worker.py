@@ -14,9 +14,13 @@ Shape:
   the handlers' threads and loop, so a CPU-bound handler cannot starve it. A lost lease or
   a missed renewal deadline marks the job lost (async handlers are cancelled, sync ones
   see ``current_job().lease_lost``) and its outcome is never written; a cancel request
-  stops the handler and records the job as cancelled;
-* **maintenance**: reclaim of expired leases every few seconds and pruning of history,
-  each with jitter so a fleet of workers does not run them in step;
+  stops the handler and records the job as cancelled; a renewal refused by the queue's
+  touch limits counts as a lost lease;
+* **failure hooks** (``on_failure``, ``on_dead``) run after a failure is written, in a
+  task of their own (plain hooks in a small thread pool), with the job as then stored;
+* **maintenance**: reclaim of expired leases every few seconds and, when asked
+  (``prune_after``), pruning of history, each with jitter so a fleet of workers does not
+  run them in step;
 * **shutdown** on SIGTERM/SIGINT: stop fetching, let running jobs finish within
   ``grace`` seconds while still heartbeating, then give back the rest without penalty
   (``release``); a second signal exits at once.
@@ -36,19 +40,31 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import Any
 
+from leaseq import _hooks
 from leaseq import _wakeup as wakeup
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import outcome as decide
-from leaseq._core.job import Job
-from leaseq._core.outcome import Outcome
-from leaseq.errors import JobCancelled, LeaseLost, LeaseqError, ValidationError
+from leaseq._core.job import Job, JobState
+from leaseq._core.outcome import Hook, Outcome
+from leaseq._hooks import FailureHook
+from leaseq.errors import (
+    JobCancelled,
+    LeaseLost,
+    LeaseqError,
+    TouchLimitExceeded,
+    ValidationError,
+)
 from leaseq.tasks import App, Task
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
 
 log = logging.getLogger("leaseq.worker")
+FENCE_MARGIN = 0.1
+"""A job whose lease is within this share of its length of running out, unrenewed, is
+treated as lost (self-fencing)."""
 
 ASYNC_CONCURRENCY = 1000
 """Default cap on running jobs when every task is ``async def``."""
@@ -60,6 +76,8 @@ GATHER = 0.002
 """Seconds the fetch loop waits for more slots to free before claiming for a few..."""
 GATHER_BELOW = 8
 """...when fewer than this many (and under half) are free while jobs run."""
+HOOK_THREADS = 8
+"""Threads that run plain (not ``async def``) failure hooks, apart from the jobs' pool."""
 
 
 class Worker:
@@ -72,13 +90,16 @@ class Worker:
             every task on the worked queues is ``async def`` (waiting coroutines cost next
             to nothing), else ``SYNC_CONCURRENCY`` (10: one thread per running job). Lower
             it for async handlers that hold scarce resources or burn CPU.
-        lease: Lease length in seconds jobs are claimed with (tasks may renew with their
-            own). Defaults to the app's setting.
+        lease: Lease length in seconds for every claimed job. Defaults to None: each
+            job's own lease (its task's ``lease``), else its queue's ``default_lease``, else
+            the app's ``Settings.lease``; the queue's ``max_lease`` caps them all.
         grace: Seconds running jobs get to finish after a stop signal. Defaults to 30.
         poll_interval: Longest wait between polls of empty queues. Defaults to 1.
         reclaim_interval: Seconds between reclaims of expired leases. Defaults to 5.
-        prune_after: History older than this many seconds is pruned (None: never).
-            Defaults to 7 days.
+        prune_after: Prune history (completed, cancelled and discarded jobs) older than
+            this many seconds: on the first maintenance pass, then about hourly. Defaults
+            to None: history is kept until you prune it (``leaseq prune``, or
+            ``leaseq worker --prune-history-after 7d``).
         worker_id: Names this worker in the jobs it holds. Defaults to host:pid:random.
         burst: Stop by itself once it has run jobs and finds its queues empty (for
             batch runs and benchmarks). Defaults to False.
@@ -94,7 +115,7 @@ class Worker:
         grace: float = 30.0,
         poll_interval: float = 1.0,
         reclaim_interval: float = 5.0,
-        prune_after: float | None = 7 * 86400.0,
+        prune_after: float | None = None,
         worker_id: str | None = None,
         burst: bool = False,
     ) -> None:
@@ -109,7 +130,9 @@ class Worker:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
-        self.lease = lease or app.settings.lease
+        # None: each job's own lease (its task's), else its queue's default_lease, else
+        # the app's Settings.lease; an explicit lease overrides them all.
+        self.lease = lease
         self.grace = grace
         self.poll_interval = poll_interval
         self.reclaim_interval = reclaim_interval
@@ -129,6 +152,8 @@ class Worker:
         self._freed: asyncio.Event | None = None  # a slot (or room for acks) came free
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._hook_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
@@ -139,7 +164,8 @@ class Worker:
         """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
         code = _event_loop_runner()(self.run_async(install_signals=True))
         if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("leaseq-job")):
-            # A sync handler ignored shutdown and still runs; its job was given back.
+            # A sync handler ignored shutdown and still runs (its job was given back), or
+            # a sync hook outlived the grace period.
             logging.shutdown()
             os._exit(code)
         return code
@@ -157,6 +183,9 @@ class Worker:
         self._freed = asyncio.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.concurrency, thread_name_prefix="leaseq-job"
+        )
+        self._hook_pool = concurrent.futures.ThreadPoolExecutor(
+            HOOK_THREADS, thread_name_prefix="leaseq-job-hook"
         )
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -185,9 +214,11 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._completer.close()
             self._beats_stop.set()
+            await self._finish_hooks()
             beats.join(5)
             await aq.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._hook_pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %d jobs processed, %d failed", self.worker_id,
                  self.processed, self.failed)
         return 0
@@ -282,10 +313,11 @@ class Worker:
 
     def _start(self, aq: AsyncQueue, job: Job, claimed_at: float) -> None:
         task = self.app.tasks.get(job.kind or "")
-        lease = task.lease if task else self.lease
+        lease = task.lease if task and task.defaults.lease else job.lease
         ctx = JobContext(job=job, lease=lease,
-                         deadline=claimed_at + job.lease * 0.9,
-                         next_beat=claimed_at + min(job.lease, lease) / 3)
+                         deadline=claimed_at + job.lease * (1 - FENCE_MARGIN),
+                         next_beat=claimed_at + min(job.lease, lease) / 3,
+                         until=job.lease_until, expires=claimed_at + job.lease)
         runner = asyncio.create_task(self._run(aq, ctx, task), name=f"leaseq-job-{job.id}")
         self.running += 1
         self.inflight[job.id] = (ctx, runner)
@@ -351,7 +383,12 @@ class Worker:
             token = set_current(ctx)
             try:
                 ctx.started = True
-                return await asyncio.wait_for(task.fn(**payload), timeout)
+                conversion = task.conversion  # None for plain tasks: nothing to convert
+                if conversion is None:
+                    return await asyncio.wait_for(task.fn(**payload), timeout)
+                arguments = conversion.load_arguments(payload)
+                result = await asyncio.wait_for(task.fn(**arguments), timeout)
+                return conversion.dump_result(result)
             finally:
                 set_current(None)
                 del token
@@ -375,6 +412,7 @@ class Worker:
         if ctx.cancelled:
             result = Outcome("release")  # recorded as cancelled: a cancel was requested
         backoff = task.backoff if task else None
+        state: JobState | None = None  # what a nack left the job as
         try:
             try:
                 if result.action == "ack":
@@ -382,17 +420,58 @@ class Worker:
                     self._completer.submit(job, result.result)
                     return True
                 for method, args, kwargs in decide.calls(job, result, backoff):
-                    await getattr(aq, method)(*args, **kwargs)
+                    returned = await getattr(aq, method)(*args, **kwargs)
+                    state = returned if method == "nack" else state
             except ValidationError as exc:  # the result was not storable JSON
-                await aq.nack(job, f"result could not be stored: {exc}", backoff=backoff)
-                result = Outcome("nack")
+                result = decide.unstorable_result(exc)
+                state = await aq.nack(job, result.error, backoff=backoff)
             self.processed += 1
             self.failed += result.action in ("nack", "bury", "discard")
+            self._start_hooks(aq, job, result, state, task)
         except LeaseLost:
             log.warning("job %s: lease lost before its outcome was written", job.id)
         except LeaseqError as exc:
             log.error("job %s: outcome not written (%s); the lease will expire", job.id, exc)
         return False
+
+    # -- failure hooks -------------------------------------------------------------------
+
+    def _start_hooks(self, aq: AsyncQueue, job: Job, written: Outcome, state: JobState | None,
+                     task: Task[Any, Any] | None) -> None:
+        """Call the failure hooks the written outcome calls, in a task of their own: the
+        job leaves the worker's books first, so a slow hook is never taken for a job that
+        holds a lease (heartbeats, shutdown)."""
+        if task is None or written.exc is None:
+            return
+        hooks = [(which, hook) for which in decide.hooks(written, state)
+                 if (hook := task.hook(which)) is not None]
+        if not hooks:
+            return
+        runner = asyncio.create_task(self._call_hooks(aq, job.id, written.exc, hooks, task.name),
+                                     name=f"leaseq-hooks-{job.id}")
+        self._hook_runs.add(runner)
+        runner.add_done_callback(self._hook_runs.discard)
+
+    async def _call_hooks(self, aq: AsyncQueue, job_id: int, exc: BaseException,
+                          hooks: list[tuple[Hook, FailureHook]], task: str) -> None:
+        try:
+            info = await aq.get(job_id)  # the job as the failure left it
+        except LeaseqError as error:
+            log.error("job %s: failure hooks not called, the job could not be read (%s)",
+                      job_id, error)
+            return
+        for which, hook in hooks:
+            await _hooks.call_async(hook, info, exc, task, which, self._hook_pool)
+
+    async def _finish_hooks(self) -> None:
+        """Shutdown: hooks still running get ``grace`` seconds, then are cancelled."""
+        if not self._hook_runs:
+            return
+        _, late = await asyncio.wait(set(self._hook_runs), timeout=self.grace)
+        for runner in late:
+            runner.cancel()
+        if late:
+            log.warning("%d failure hooks still running at shutdown were cancelled", len(late))
 
     async def _drain(self, aq: AsyncQueue) -> None:
         """Shutdown: let running jobs finish within grace, then give the rest back."""
@@ -454,12 +533,31 @@ class Worker:
                 if isinstance(state, LeaseLost):
                     self._lose(ctx, runner, "lease lost")
                     continue
-                ctx.deadline = started + lease * 0.9
-                ctx.next_beat = started + lease / 3
+                if isinstance(state, TouchLimitExceeded):
+                    # The lease was not extended and will run out: stop now, as if lost.
+                    self._lose(ctx, runner, f"heartbeat refused by the touch limit ({state})")
+                    continue
+                if isinstance(state, datetime):
+                    self._extended(ctx, state, started)
+                else:  # cancelled, and extended (by up to ``lease``) all the same
+                    ctx.deadline = started + lease * (1 - FENCE_MARGIN)
+                    ctx.next_beat = started + lease / 3
                 if isinstance(state, JobCancelled) and not ctx.cancelled:
                     ctx.cancelled = True
                     log.info("job %s cancelled while running", ctx.job.id)
                     self._interrupt(runner)
+
+    @staticmethod
+    def _extended(ctx: JobContext, until: datetime, started: float) -> None:
+        """The lease now ends at ``until`` (database clock). It moved by as much as the
+        database says, which can be less than asked (the queue's ``max_lease``) or nothing
+        (a touch inside ``min_touch_interval``), so the self-fencing deadline moves by
+        exactly that, never by the lease asked for."""
+        if ctx.until is not None:
+            ctx.expires += (until - ctx.until).total_seconds()
+        ctx.until = until
+        ctx.deadline = ctx.expires - ctx.job.lease * FENCE_MARGIN
+        ctx.next_beat = started + max(0.01, min(ctx.lease, ctx.expires - started) / 3)
 
     def _lose(self, ctx: JobContext, runner: asyncio.Task[None], why: str) -> None:
         ctx.lease_lost = True
@@ -475,7 +573,7 @@ class Worker:
     # -- maintenance ---------------------------------------------------------------------
 
     async def _maintenance(self, aq: AsyncQueue) -> None:
-        next_prune = time.monotonic() + random.uniform(0, 60)
+        next_prune = 0.0  # the first pass prunes; the passes' jitter spreads a fleet
         while True:
             # Jitter keeps a fleet of workers from reclaiming in step.
             await asyncio.sleep(self.reclaim_interval * random.uniform(0.5, 1.5))
@@ -512,6 +610,10 @@ def _run_sync(ctx: JobContext, task: Task[Any, Any], payload: dict[str, Any]) ->
     set_current(ctx)
     ctx.started = True
     try:
-        return task.fn(**payload)
+        conversion = task.conversion  # None for plain tasks: nothing to convert
+        if conversion is None:
+            return task.fn(**payload)
+        result = task.fn(**conversion.load_arguments(payload))
+        return conversion.dump_result(result)
     finally:
         set_current(None)
