@@ -102,3 +102,33 @@ def test_bench_measures_and_cleans_up(tmp_path: Path) -> None:
     tables = sqlite3.connect(f"{tmp_path}/bench.db").execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'bench%'").fetchall()
     assert tables == []
+
+
+def test_queue_settings_from_the_command_line(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("queue", "set", "emails", "--max-jobs", "1", "--max-attempts", "3",
+              "--dead-retention", "7d", "--json")
+    assert out.returncode == 0, out.stderr
+    config = json.loads(out.stdout)
+    assert (config["max_jobs"], config["max_attempts"], config["dead_retention"]) == (
+        1, 3, 7 * 86400.0)
+    assert config["max_lease"] is None
+    assert run("enqueue", "emails", "{}").returncode == 0
+    full = run("enqueue", "emails", "{}")
+    assert full.returncode == 1 and "QueueFull" in full.stderr
+    reset = json.loads(run("queue", "set", "emails", "--max-jobs", "none", "--json").stdout)
+    assert reset["max_jobs"] is None and reset["max_attempts"] == 3
+    assert run("enqueue", "emails", "{}").returncode == 0
+    shown = run("queue", "show", "emails")
+    assert "max_attempts: 3" in shown.stdout and "max_jobs: - (default)" in shown.stdout
+    listed = {q["queue"]: q for q in json.loads(run("queues", "--json").stdout)}
+    assert listed["emails"]["available"] == 2 and listed["emails"]["max_attempts"] == 3
+    assert "max_attempts=3" in run("queues").stdout
+    assert "│ total" in run("stats").stdout
+
+
+def test_queue_set_refuses_bad_values(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("queue", "set", "emails").returncode == 2  # nothing to change
+    assert run("queue", "set", "emails", "--max-jobs", "lots").returncode == 2
+    bad = run("queue", "set", "emails", "--jitter", "2")
+    assert bad.returncode == 1 and "jitter" in bad.stderr
+    assert json.loads(run("queue", "show", "emails", "--json").stdout)["jitter"] is None

@@ -152,17 +152,38 @@ def enqueue(queue: str, payload: str, kind: str | None, priority: int, delay: fl
         click.echo(f"job {r.id} {'enqueued' if r.created else 'already queued (unique key)'}")
 
 
+COUNTS = ("available", "scheduled", "running", "dead", "completed", "cancelled", "discarded")
+
+
+def age_text(seconds: float | None) -> str:
+    """How long the oldest due job has waited, in the largest fitting unit."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
 def stats_table(stats: dict[str, leaseq.QueueStats]) -> Table:
     table = new_table(title="leaseq queues")
-    columns = ("available", "scheduled", "running", "dead", "completed", "cancelled", "discarded")
     table.add_column("queue")
-    for column in columns:
+    for column in COUNTS:
         table.add_column(column, justify="right")
+    table.add_column("oldest due", justify="right")
     for s in stats.values():
         name = f"{s.queue} (paused)" if s.paused else s.queue
-        table.add_row(name, *(str(getattr(s, c)) for c in columns))
+        table.add_row(name, *(str(getattr(s, c)) for c in COUNTS),
+                      age_text(s.oldest_available_age))
     if not stats:
-        table.add_row("(no queues yet)", *("" for _ in columns))
+        table.add_row("(no queues yet)", *("" for _ in COUNTS), "")
+    else:
+        ages = [s.oldest_available_age for s in stats.values()
+                if s.oldest_available_age is not None]
+        table.add_section()
+        table.add_row("total",
+                      *(str(sum(getattr(s, c) for s in stats.values())) for c in COUNTS),
+                      age_text(max(ages) if ages else None), style="bold")
     return table
 
 
@@ -285,6 +306,129 @@ queue_verb("pause", "Stop every worker from taking jobs of QUEUE.")
 queue_verb("resume", "Let workers take jobs of a paused QUEUE again.")
 
 
+# -- queue settings --------------------------------------------------------------------------
+
+SETTING_HELP = {
+    "max_attempts": "Attempts for jobs enqueued without max_attempts.",
+    "base_backoff": "Retry delay after the first failure (90s, 5m).",
+    "max_backoff": "Cap of the retry delay.",
+    "jitter": "Relative spread of retry delays, 0 <= jitter < 1.",
+    "default_lease": "Lease of jobs dequeued without one that have none of their own.",
+    "max_lease": "Cap on every lease and heartbeat extension.",
+    "max_jobs": "Most live jobs; enqueues beyond it fail with QueueFull.",
+    "max_touches": "Most heartbeats that extend one lease.",
+    "max_touch_duration": "No heartbeat extends a lease older than this.",
+    "min_touch_interval": "Heartbeats sooner than this after the last one write nothing.",
+    "dead_retention": "Dead jobs older than this are discarded to history by reclaim.",
+}
+INTEGER_SETTINGS = ("max_attempts", "max_jobs", "max_touches")
+
+
+def setting_value(name: str) -> Callable[[str], float | None]:
+    """Parses one setting's command-line value: a number (or duration), or ``none`` to
+    reset it to the default."""
+
+    def parse(text: str) -> float | None:
+        if text.strip().lower() in ("none", "default"):
+            return None
+        if name in INTEGER_SETTINGS:
+            try:
+                return int(text)
+            except ValueError:
+                raise click.BadParameter(f"{text!r} is not a whole number (or none)") from None
+        if name == "jitter":
+            try:
+                return float(text)
+            except ValueError:
+                raise click.BadParameter(f"{text!r} is not a number (or none)") from None
+        return duration(text)
+
+    return parse
+
+
+def config_row(config: leaseq.QueueConfig) -> list[str]:
+    return ["-" if getattr(config, n) is None else f"{getattr(config, n):g}" for n in SETTINGS]
+
+
+SETTINGS = tuple(SETTING_HELP)
+
+
+@cli.command()
+@database
+@as_json
+def queues(url: str, table_prefix: str, json_out: bool) -> None:
+    """Every queue with its settings and counts ("-": the default)."""
+    with connect(url, table_prefix) as q:
+        stats, configs = q.stats(), q.queue_configs()
+    names = sorted(set(stats) | set(configs))
+    if json_out:
+        emit([{**(configs.get(n) or leaseq.QueueConfig(n)).as_dict(),
+               **(stats.get(n) or leaseq.QueueStats(n)).as_dict()} for n in names])
+        return
+    table = new_table(title="leaseq queues and settings")
+    for column in ("queue", "waiting", "running", "dead", "oldest due"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    table.add_column("settings (others default)")
+    for n in names:
+        s, c = stats.get(n) or leaseq.QueueStats(n), configs.get(n) or leaseq.QueueConfig(n)
+        changed = " ".join(f"{k}={v}" for k, v in zip(SETTINGS, config_row(c), strict=True)
+                           if v != "-")
+        table.add_row(f"{n} (paused)" if s.paused else n, str(s.available + s.scheduled),
+                      str(s.running), str(s.dead), age_text(s.oldest_available_age),
+                      changed or "-")
+    if not names:
+        table.add_row("(no queues yet)", "", "", "", "", "")
+    console().print(table)
+
+
+@cli.group()
+def queue() -> None:
+    """Show or change one queue's settings (stored in the database)."""
+
+
+def show_config(config: leaseq.QueueConfig, json_out: bool) -> None:
+    if json_out:
+        emit(config.as_dict())
+        return
+    click.echo(f"queue {config.queue}")
+    for name, value in zip(SETTINGS, config_row(config), strict=True):
+        click.echo(f"{name:>20}: {value if value != '-' else '- (default)'}")
+
+
+@queue.command(name="show")
+@click.argument("name")
+@database
+@as_json
+def queue_show(name: str, url: str, table_prefix: str, json_out: bool) -> None:
+    """Show the settings of queue NAME."""
+    with connect(url, table_prefix) as q:
+        show_config(q.queue_config(name), json_out)
+
+
+def setting_options(f: F) -> F:
+    for name in reversed(SETTINGS):
+        flag = "--" + name.replace("_", "-")
+        f = click.option(flag, name, type=setting_value(name), default=None, metavar="VALUE",
+                         help=f"{SETTING_HELP[name]} 'none' resets it.")(f)
+    return f
+
+
+@queue.command(name="set")
+@click.argument("name")
+@setting_options
+@database
+@as_json
+def queue_set(name: str, url: str, table_prefix: str, json_out: bool, **settings: Any) -> None:
+    """Change settings of queue NAME; the others stay. Durations take 90s, 15m, 12h, 7d."""
+    given = {k: v for k, v in settings.items()
+             if click.get_current_context().get_parameter_source(k)
+             is not click.core.ParameterSource.DEFAULT}
+    if not given:
+        raise click.UsageError("name at least one setting to change, e.g. --max-jobs 1000")
+    with connect(url, table_prefix) as q:
+        show_config(q.configure_queue(name, **given), json_out)
+
+
 @cli.command()
 @click.option("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600.")
 @database
@@ -325,13 +469,20 @@ def load_app(target: str) -> leaseq.App:
               help="Longest wait between polls of empty queues.")
 @click.option("--reclaim-interval", type=float, default=5.0, show_default=True,
               help="Seconds between reclaims of expired leases.")
+@click.option("--prune-history-after", type=duration, default=None, metavar="DURATION",
+              help="Also prune history (completed, cancelled, discarded jobs) older than "
+                   "this, e.g. 7d, 12h, 3600: soon after start, then about hourly. Off by default: "
+                   "history is kept until pruned.")
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
 def worker(app_path: str, queues: str | None, concurrency: int | None, lease: float | None,
-           grace: float, poll_interval: float, reclaim_interval: float, burst: bool,
-           log_level: str, url: str | None) -> None:
-    """Run the tasks of MODULE:APP until SIGTERM or SIGINT."""
+           grace: float, poll_interval: float, reclaim_interval: float,
+           prune_history_after: float | None, burst: bool, log_level: str,
+           url: str | None) -> None:
+    """Run the tasks of MODULE:APP until SIGTERM or SIGINT.
+
+    History is kept unless --prune-history-after is given (or `leaseq prune` runs)."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = load_app(app_path)
@@ -340,7 +491,7 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
     names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
     code = leaseq.Worker(app, names, concurrency=concurrency, lease=lease, grace=grace,
                          poll_interval=poll_interval, reclaim_interval=reclaim_interval,
-                         burst=burst).run()
+                         prune_after=prune_history_after, burst=burst).run()
     sys.exit(code)
 
 
