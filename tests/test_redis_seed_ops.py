@@ -13,48 +13,25 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 import leaseq
-from tests.conftest import require
-from tests.helpers import REDIS_URL, drop_tables, new_prefix
+from tests.helpers import REDIS_URL
 
 redis = pytest.importorskip("redis")
 
 from leaseq.backends.base import NewJob  # noqa: E402
 from leaseq.backends.redis.keys import QUEUE_PARTS, Keys  # noqa: E402
+from tests import test_redis_backend as redis_backend_tests  # noqa: E402
 
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    require("redis")
-    name = new_prefix()
-    try:
-        yield name
-    finally:
-        drop_tables("redis", name)
-
-
-@pytest.fixture
-def rq(prefix: str) -> Iterator[leaseq.Queue]:
-    queue = leaseq.connect(REDIS_URL, table_prefix=prefix, reclaim_interval=None)
-    try:
-        yield queue
-    finally:
-        queue.close()
-
-
-@pytest.fixture
-def server() -> Iterator[Any]:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        yield client
-    finally:
-        client.close()
+# The fixtures of tests/test_redis_backend.py, shared by assignment (an import of the names
+# would read, to ruff, as each test's argument redefining it).
+prefix = redis_backend_tests.prefix
+rq = redis_backend_tests.rq
+server = redis_backend_tests.server
 
 
 def keys_of(server: Any, prefix: str) -> set[str]:

@@ -22,36 +22,23 @@ from typing import Any, TypeVar
 import pytest
 
 import leaseq
-from tests.conftest import require
-from tests.helpers import REDIS_URL, drop_tables, new_prefix, wait_for
+from tests.helpers import REDIS_URL, wait_for
 
 redis = pytest.importorskip("redis")
 
 from leaseq.backends.redis.keys import Keys  # noqa: E402  (needs redis-py)
 from leaseq.worker import listen as listen_module  # noqa: E402
 from leaseq.worker.listen import REDIS_CLIENT_NAME, listen_redis  # noqa: E402
+from tests import test_redis_backend as redis_backend_tests  # noqa: E402
 from tests.test_redis_backend import PrivateRedis  # noqa: E402  (a redis-server of our own)
 
 T = TypeVar("T")
 
 
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    require("redis")
-    name = new_prefix()
-    try:
-        yield name
-    finally:
-        drop_tables("redis", name)
-
-
-@pytest.fixture
-def rq(prefix: str) -> Iterator[leaseq.Queue]:
-    queue = leaseq.connect(REDIS_URL, table_prefix=prefix, reclaim_interval=None)
-    try:
-        yield queue
-    finally:
-        queue.close()
+# The fixtures of tests/test_redis_backend.py, shared by assignment (an import of the names
+# would read, to ruff, as each test's argument redefining it).
+prefix = redis_backend_tests.prefix
+rq = redis_backend_tests.rq
 
 
 class Channel:
