@@ -63,3 +63,91 @@ def test_schema_command_rejects_unknown_dialect() -> None:
 
     out = CliRunner().invoke(cli, ["schema", "--dialect", "oracle"])
     assert out.exit_code == 2 and "oracle" in out.output
+
+
+# Jobs written by a schema of before migration 0004: one row per live state, one finished.
+OLD_ROWS = {
+    "postgres": "INSERT INTO {p}jobs (queue, payload, max_attempts, state, available_at) "
+                "VALUES ('old', %s, 5, %s, now() - interval '1 second')",
+    "mysql": "INSERT INTO {p}jobs (queue, payload, max_attempts, state, available_at, "
+             "created_at) VALUES ('old', %s, 5, %s, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, "
+             "UTC_TIMESTAMP(6))",
+    "sqlite": "INSERT INTO {p}jobs (queue, payload, max_attempts, state, available_at, "
+              "created_at) VALUES ('old', ?, 5, ?, "
+              "(julianday('now') - 2440587.5) * 86400.0 - 1, "
+              "(julianday('now') - 2440587.5) * 86400.0)",
+}
+
+
+def _old_schema(backend: str, url: str, prefix: str) -> None:
+    """Tables as migrations 1-3 left them, recorded as applied, with an available and a
+    dead job in them."""
+    from leaseq.backends._sql.plan import load_migrations
+
+    package, dialect = {
+        "postgres": ("leaseq.backends.postgres", "PostgresDialect"),
+        "mysql": ("leaseq.backends.mysql", "MysqlDialect"),
+        "sqlite": ("leaseq.backends.sqlite", "SqliteDialect"),
+    }[backend]
+    import importlib
+
+    d = getattr(importlib.import_module(f"{package}.driver"), dialect)(prefix)
+    if backend == "postgres":
+        import psycopg
+
+        conn: object = psycopg.connect(url, autocommit=True)
+    elif backend == "mysql":
+        from urllib.parse import urlsplit
+
+        import pymysql
+
+        parts = urlsplit(url)
+        conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306,
+                               user=parts.username, password=parts.password or "",
+                               database=parts.path.lstrip("/"), autocommit=True)
+    else:
+        import sqlite3
+
+        from leaseq.backends.sqlite.driver import sqlite_path
+
+        conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
+    cur = conn.cursor()  # type: ignore[attr-defined]
+    cur.execute(d.q["migrations_table"])
+    for version, name, statements in load_migrations(package, prefix):
+        if version > 3:
+            break
+        for statement in statements:
+            cur.execute(statement)
+        cur.execute(d.q["record_version"], {"version": version, "name": name})
+    for n, state in ((1, "available"), (2, "dead")):
+        cur.execute(OLD_ROWS[backend].format(p=prefix), (f'{{"n": {n}}}', state))
+    conn.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_migrate_upgrades_a_schema_from_before_queue_settings(
+    backend: str, tmp_path: Path
+) -> None:
+    require(backend)
+    url = {"sqlite": f"sqlite:///{tmp_path}/m.db", "postgres": POSTGRES_URL,
+           "mysql": MYSQL_URL}[backend]
+    prefix = new_prefix()
+    try:
+        _old_schema(backend, url, prefix)
+        with leaseq.connect(url, table_prefix=prefix, reclaim_interval=None) as q:
+            q.migrate()
+            assert q.stats()["old"].available == 1 and q.stats()["old"].dead == 1
+            old = q.get(1)
+            assert (old.reserves, old.kicks, old.lease, old.failed_at) == (0, 0, None, None)
+            assert old.updated_at == old.created_at
+            q.configure_queue("old", max_touches=1, default_lease=40)
+            [job] = q.dequeue("old", worker_id="w")
+            assert (job.id, job.lease) == (1, 40)
+            q.heartbeat(job)
+            with pytest.raises(leaseq.TouchLimitExceeded):
+                q.heartbeat(job)
+            q.ack(job, result="done")
+            assert q.get(1).reserves == 1 and q.get(1).result == "done"
+            assert q.kick("old") == 1 and q.get(2).kicks == 1
+    finally:
+        drop_tables(backend, prefix)

@@ -209,3 +209,35 @@ def test_memory_name_is_one_store_per_process_and_plain_memory_is_private():
     p1.enqueue("m")
     assert p2.stats() == {}
     b.close()
+
+
+# -- the asyncio client -------------------------------------------------------------------
+
+def test_async_client_has_every_seed_operation(q, url, prefix, backend):
+    async def main() -> None:
+        async with leaseq.connect_async(url, table_prefix=prefix, reclaim_interval=None) as aq:
+            config = await aq.configure_queue("aq", max_attempts=1, max_jobs=3, max_lease=50)
+            assert config == await aq.queue_config("aq")
+            assert "aq" in await aq.queue_configs()
+            a = (await aq.enqueue("aq", lease=200)).id
+            b = (await aq.enqueue("aq", priority=5)).id
+            c = (await aq.enqueue("aq", unique_key="k", unique_for=60)).id
+            with pytest.raises(leaseq.QueueFull):
+                await aq.enqueue("aq")
+            assert [j.id for j in await aq.peek("aq")] == [b, a, c]
+            jobs = {j.id: j for j in await aq.dequeue("aq", worker_id="w", limit=3)}
+            assert jobs[a].lease == 50  # its own 200 s, capped by max_lease
+            assert await aq.nack_many([(jobs[a], "boom")]) == [True]
+            assert (await aq.get(a)).state == "dead"  # max_attempts=1 from the queue
+            assert await aq.release(jobs[b], priority=-1) == "available"
+            assert (await aq.get(b)).priority == -1
+            await aq.bury(jobs[c], priority=7)
+            assert [j.id for j in await aq.peek("aq", "dead")] == [c, a]
+            await aq.discard(c)
+            again = await aq.enqueue("aq", unique_key="k", unique_for=60)
+            assert (again.id, again.created) == (c, False)
+            totals = await aq.server_stats()
+            assert (totals.available, totals.dead, totals.discarded) == (1, 1, 1)
+            assert totals.backend == backend
+
+    asyncio.run(main())
