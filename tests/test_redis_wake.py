@@ -1,6 +1,6 @@
 """Redis wake-ups: the scripts PUBLISH a queue's name on ``<prefix>:wake`` when they make
 its jobs due now, and ``listen_redis`` turns those messages into worker wake-ups (the
-Redis counterpart of PostgreSQL LISTEN/NOTIFY, see worker/listen.py).
+Redis counterpart of PostgreSQL LISTEN/NOTIFY, see _listen.py).
 
 Absence is checked without sleeping: after the operations under test the test publishes a
 marker of its own, and since one channel's messages arrive in order, whatever the
@@ -26,9 +26,9 @@ from tests.helpers import REDIS_URL, wait_for
 
 redis = pytest.importorskip("redis")
 
+from leaseq import _listen as listen_module  # noqa: E402
+from leaseq._listen import REDIS_CLIENT_NAME, listen_redis  # noqa: E402
 from leaseq.backends.redis.keys import Keys  # noqa: E402  (needs redis-py)
-from leaseq.worker import listen as listen_module  # noqa: E402
-from leaseq.worker.listen import REDIS_CLIENT_NAME, listen_redis  # noqa: E402
 from tests import test_redis_backend as redis_backend_tests  # noqa: E402
 from tests.test_redis_backend import PrivateRedis  # noqa: E402  (a redis-server of our own)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseq import _wakeup
+from leaseq import _listen, _wakeup
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import (
@@ -168,6 +168,9 @@ class Queue(Shared):
 
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._waiting.add(woken)
+        listener = _listen.listener_for(self.backend)
+        pushed = None if listener is None else _listen.InThread(
+            listener(self.url, self.settings.table_prefix, names, woken.set, lambda: False))
         pause = POLL_FIRST
         try:
             while (left := deadline - time.monotonic()) > 0:
@@ -181,6 +184,8 @@ class Queue(Shared):
         finally:
             self._waiting.discard(woken)
             unsubscribe()
+            if pushed is not None:
+                pushed.stop()
 
     def heartbeat(self, job: Job, *, extend: float | None = None) -> datetime:
         """Extend the lease by ``extend`` seconds (default: the job's lease) from now,
@@ -496,6 +501,9 @@ class AsyncQueue(Shared):
 
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._wakers.add(woken)
+        listener = _listen.listener_for(self.backend)
+        pushed = None if listener is None else asyncio.ensure_future(
+            listener(self.url, self.settings.table_prefix, names, woken.set, lambda: False))
         pause = POLL_FIRST
         try:
             while True:
@@ -511,6 +519,9 @@ class AsyncQueue(Shared):
         finally:
             self._wakers.discard(woken)
             unsubscribe()
+            if pushed is not None:
+                pushed.cancel()
+                await asyncio.gather(pushed, return_exceptions=True)
 
     async def _claim_or_give_back(
         self, names: list[str], worker: str, lease: float | None, n: int

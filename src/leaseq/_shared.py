@@ -45,8 +45,10 @@ client takes effect here within this time; the client that configures sees it at
 
 POLL_FIRST = 0.002
 POLL_CAP = 0.02
-"""A blocking ``dequeue`` polls from ``POLL_FIRST`` seconds, doubling up to ``POLL_CAP``,
-between wake-ups: a job made due by another process is seen within ~20 ms plus a claim."""
+"""A blocking ``dequeue`` claims again on every push wake-up (an enqueue in this process;
+PostgreSQL NOTIFY, Redis pub/sub or a SQLite commit from another) and otherwise polls from
+``POLL_FIRST`` seconds, doubling up to ``POLL_CAP``: a scheduled job coming due sends no
+message, so it is seen within ~20 ms plus a claim, as is an enqueue on MySQL/MariaDB."""
 
 _ENQUEUE_KEYS = frozenset({
     "queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts",

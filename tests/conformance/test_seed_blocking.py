@@ -109,3 +109,19 @@ def test_wait_is_validated(q):
         q.dequeue("b", wait=-1)
     with pytest.raises(leaseq.InvalidArgument):
         q.dequeue("b", wait=float("inf"))
+
+
+def test_a_wait_leaves_no_listener_behind(q, url, prefix):
+    # Push wake-ups (LISTEN, SUBSCRIBE, SQLite's watch) live only as long as the wait.
+    other = _other(url, prefix)
+    try:
+        assert q.dequeue("b", wait=0.3) == []
+        waiter = threading.Thread(target=lambda: q.dequeue("b", wait=30))
+        waiter.start()
+        time.sleep(0.2)
+        other.enqueue("b")
+        waiter.join(timeout=30)
+        assert not waiter.is_alive()
+        assert not [t for t in threading.enumerate() if t.name == "leaseq-listen"]
+    finally:
+        other.close()

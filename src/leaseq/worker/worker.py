@@ -43,7 +43,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
-from leaseq import _hooks
+from leaseq import _hooks, _listen
 from leaseq import _wakeup as wakeup
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import outcome as decide
@@ -247,10 +247,7 @@ class Worker:
     def _listener(self, backend: str) -> asyncio.Task[None] | None:
         """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY, Redis
         pub/sub, SQLite's commit counter. The poll stays as the safety net."""
-        from leaseq.worker import listen
-
-        subscribe = {"postgres": listen.listen, "redis": listen.listen_redis,
-                     "sqlite": listen.listen_sqlite}.get(backend)
+        subscribe = _listen.listener_for(backend)
         if subscribe is None:
             return None
         return asyncio.create_task(

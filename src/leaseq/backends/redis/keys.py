@@ -27,7 +27,7 @@ _GLOB = re.compile(r"([*?\[\]\\])")
 class Keys:
     """Key names under one prefix: ``{P}:...`` for the global keys, ``{P:Q}:...`` for
     queue ``Q``'s keys (the braces are the Redis Cluster hash tag); and ``wake``, the
-    wake-up channel ``P:wake`` (messages: a queue name; worker/listen.py subscribes)."""
+    wake-up channel ``P:wake`` (messages: a queue name; _listen.py subscribes)."""
 
     def __init__(self, prefix: str) -> None:
         if not _PREFIX.fullmatch(prefix):

@@ -1,5 +1,5 @@
-"""Push wake-ups for the worker: PostgreSQL LISTEN/NOTIFY, Redis pub/sub, and a cheap
-watch for commits to a SQLite file.
+"""Push wake-ups for the worker and for a blocking ``dequeue``: PostgreSQL LISTEN/NOTIFY,
+Redis pub/sub, and a cheap watch for commits to a SQLite file.
 
 PostgreSQL: enqueues send ``pg_notify('<prefix>jobs', queue)`` in the enqueueing
 transaction (queue names only, never payloads; delivered on commit, dropped on rollback).
@@ -17,8 +17,10 @@ reconnect to catch up on anything sent meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 log = logging.getLogger("leaseq.worker")
@@ -213,3 +215,44 @@ async def listen_sqlite(
             await asyncio.sleep(SQLITE_TICK)
     finally:
         conn.close()
+
+
+Listener = Callable[
+    [str, str, Sequence[str], Callable[[], None], Callable[[], bool]], Coroutine[Any, Any, None]
+]
+
+
+def listener_for(backend: str) -> Listener | None:
+    """The push wake-up of ``backend`` (a ``Queue.backend`` name), or None where there is
+    none (MySQL/MariaDB, memory, whose in-process wake-ups come from ``_wakeup``)."""
+    found: dict[str, Listener] = {
+        "postgres": listen, "redis": listen_redis, "sqlite": listen_sqlite,
+    }
+    return found.get(backend)
+
+
+class InThread:
+    """A listener on an event loop of its own, in a daemon thread: push wake-ups for the
+    synchronous client's blocking ``dequeue``. ``stop()`` cancels it and waits for its
+    connection to close."""
+
+    def __init__(self, run: Coroutine[Any, Any, None]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._task = self._loop.create_task(run)
+        self._thread = threading.Thread(target=self._run, name="leaseq-listen", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._task)
+        except (asyncio.CancelledError, Exception) as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                log.debug("push wake-up listener ended: %s", exc)
+        finally:
+            self._loop.close()
+
+    def stop(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop already ended on its own
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=5)
