@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
@@ -26,9 +26,8 @@ from redis import exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from leaseq._core.job import JobState
 from leaseq._core.settings import Settings
-from leaseq.backends.base import FailItem, NewJob, PeekState
+from leaseq.backends._plans import REPEATABLE, PlanBackend
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
 from leaseq.errors import (
@@ -214,122 +213,18 @@ class AsyncRunner:
         await self.pool.disconnect()
 
 
-class RedisBackend:
-    """Redis behind the backend contract (see ``backends.base``).
-
-    Each method hands a plan to the runner and returns what the runner returns: a value
-    from a ``SyncRunner``, an awaitable from an ``AsyncRunner``. So one class serves as
-    both ``Backend`` and ``AsyncBackend``.
-    """
+class RedisBackend(PlanBackend):
+    """Redis behind the backend contract (see ``backends.base``): ``PlanBackend`` hands
+    each plan of ``RedisOps`` to a sync or an async runner. Every script is one atomic
+    step, so besides the shared repeatable operations a dropped connection may also repeat
+    migrate, prune and drop."""
 
     name = "redis"
     supports_transactions = False
-
-    def __init__(self, ops: RedisOps, runner: Any) -> None:
-        self.ops = ops
-        self.runner = runner
+    repeatable = REPEATABLE | {"migrate", "prune", "drop"}
 
     def migrate(self) -> Any:
-        return self.runner.run(self.ops.migrate, idempotent=True)
-
-    def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
-    ) -> Any:
-        return self.runner.run(lambda: self.ops.enqueue(jobs, conn, capped))
-
-    def claim(
-        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
-        default_lease: float = 30.0,
-    ) -> Any:
-        return self.runner.run(
-            lambda: self.ops.claim(queues, worker_id, lease, limit, default_lease),
-            idempotent=True,
-        )
-
-    def renew(self, job_id: int, token: int, extend: float) -> Any:
-        return self.runner.run(lambda: self.ops.renew(job_id, token, extend), idempotent=True)
-
-    def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
-        return self.runner.run(lambda: self.ops.complete(job_id, token, result, conn),
-                               idempotent=True)
-
-    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
-        return self.runner.run(lambda: self.ops.complete_many(items), idempotent=True)
-
-    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
-        return self.runner.run(lambda: self.ops.renew_many(items), idempotent=True)
-
-    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
-        return self.runner.run(lambda: self.ops.fail(job_id, token, error, delay))
-
-    def fail_many(self, items: Sequence[FailItem]) -> Any:
-        return self.runner.run(lambda: self.ops.fail_many(items))
-
-    def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
-    ) -> Any:
-        return self.runner.run(lambda: self.ops.release(job_id, token, delay, priority))
-
-    def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
-    ) -> Any:
-        return self.runner.run(lambda: self.ops.bury(job_id, token, reason, priority))
-
-    def kick(self, queue: str, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.kick(queue, limit))
-
-    def retry(self, job_id: int) -> Any:
-        return self.runner.run(lambda: self.ops.retry(job_id))
-
-    def discard(self, job_id: int, reason: str | None) -> Any:
-        return self.runner.run(lambda: self.ops.discard(job_id, reason))
-
-    def cancel(self, job_id: int) -> Any:
-        return self.runner.run(lambda: self.ops.cancel(job_id))
-
-    def get(self, job_id: int) -> Any:
-        return self.runner.run(lambda: self.ops.get(job_id), idempotent=True)
-
-    def stats(self) -> Any:
-        return self.runner.run(self.ops.stats, idempotent=True)
-
-    def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
-    ) -> Any:
-        return self.runner.run(lambda: self.ops.list_jobs(queue, state, limit, after),
-                               idempotent=True)
-
-    def peek(self, queue: str, state: PeekState, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.peek(queue, state, limit), idempotent=True)
-
-    def configure_queue(self, queue: str, changes: Mapping[str, int | float | None]) -> Any:
-        return self.runner.run(lambda: self.ops.configure_queue(queue, changes),
-                               idempotent=True)
-
-    def queue_configs(self) -> Any:
-        return self.runner.run(self.ops.queue_configs, idempotent=True)
-
-    def server_version(self) -> Any:
-        return self.runner.run(self.ops.server_version, idempotent=True)
-
-    def set_paused(self, queue: str, paused: bool) -> Any:
-        return self.runner.run(lambda: self.ops.set_paused(queue, paused), idempotent=True)
-
-    def paused(self) -> Any:
-        return self.runner.run(self.ops.paused, idempotent=True)
-
-    def reclaim(self, limit: int) -> Any:
-        return self.runner.run(lambda: self.ops.reclaim(limit), idempotent=True)
-
-    def prune(self, older_than: float) -> Any:
-        return self.runner.run(lambda: self.ops.prune(older_than), idempotent=True)
-
-    def drop(self) -> Any:
-        """Not part of the contract: deletes this prefix's keys (``leaseq bench``)."""
-        return self.runner.run(self.ops.drop, idempotent=True)
-
-    def close(self) -> Any:
-        return self.runner.close()
+        return self.run("migrate", self.ops.migrate)
 
 
 def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:

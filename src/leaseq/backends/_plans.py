@@ -1,0 +1,143 @@
+"""The backend contract over plans, written once for the SQL and Redis backends.
+
+Both keep their logic in plans (``_sql/plan.py``, ``redis/ops.py``) driven by a sync or an
+async runner. Each contract method here hands the matching plan of ``self.ops`` to the
+runner and returns what it returns: a value from a sync runner, an awaitable from an async
+one, so one class serves as ``Backend`` and ``AsyncBackend`` alike. A backend says how its
+runner should run each operation (``flags``) and overrides only the methods whose plans
+take other arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from leaseq._core.job import JobState
+from leaseq.backends.base import FailItem, NewJob, PeekState
+
+REPEATABLE = frozenset({
+    # Safe to run again on a fresh connection after the reply was lost: a claim's jobs come
+    # back when their lease expires, fenced writes refuse a second time or are no-ops,
+    # settings and pause store the same values, and reads change nothing.
+    "claim", "renew", "complete", "complete_many", "renew_many", "reclaim",
+    "configure_queue", "set_paused",
+    "get", "stats", "peek", "queue_configs", "server_version", "list_jobs", "paused",
+})
+READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "list_jobs",
+                   "paused"})
+
+
+class PlanBackend:
+    """A backend whose operations are plans of ``ops`` run by ``runner``."""
+
+    name: str
+    supports_transactions: bool
+    repeatable: frozenset[str] = REPEATABLE
+
+    def __init__(self, ops: Any, runner: Any) -> None:
+        self.ops = ops
+        self.runner = runner
+
+    def flags(self, operation: str) -> dict[str, Any]:
+        """How the runner runs ``operation`` (keyword arguments of ``runner.run``)."""
+        return {"idempotent": operation in self.repeatable}
+
+    def run(self, operation: str, factory: Callable[[], Any]) -> Any:
+        return self.runner.run(factory, **self.flags(operation))
+
+    def enqueue(
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+    ) -> Any:
+        return self.run("enqueue", lambda: self.ops.enqueue(jobs, conn, capped))
+
+    def claim(
+        self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
+        default_lease: float = 30.0,
+    ) -> Any:
+        return self.run("claim",
+                        lambda: self.ops.claim(queues, worker_id, lease, limit, default_lease))
+
+    def renew(self, job_id: int, token: int, extend: float) -> Any:
+        return self.run("renew", lambda: self.ops.renew(job_id, token, extend))
+
+    def complete(self, job_id: int, token: int, result: str | None, conn: Any = None) -> Any:
+        return self.run("complete", lambda: self.ops.complete(job_id, token, result, conn))
+
+    def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
+        return self.run("complete_many", lambda: self.ops.complete_many(items))
+
+    def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
+        return self.run("renew_many", lambda: self.ops.renew_many(items))
+
+    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
+        return self.run("fail", lambda: self.ops.fail(job_id, token, error, delay))
+
+    def fail_many(self, items: Sequence[FailItem]) -> Any:
+        # Not repeated after a dropped connection: the first attempt may have committed.
+        return self.run("fail_many", lambda: self.ops.fail_many(items))
+
+    def release(
+        self, job_id: int, token: int, delay: float, priority: int | None = None
+    ) -> Any:
+        return self.run("release", lambda: self.ops.release(job_id, token, delay, priority))
+
+    def bury(
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+    ) -> Any:
+        return self.run("bury", lambda: self.ops.bury(job_id, token, reason, priority))
+
+    def kick(self, queue: str, limit: int) -> Any:
+        return self.run("kick", lambda: self.ops.kick(queue, limit))
+
+    def retry(self, job_id: int) -> Any:
+        return self.run("retry", lambda: self.ops.retry(job_id))
+
+    def discard(self, job_id: int, reason: str | None) -> Any:
+        return self.run("discard", lambda: self.ops.discard(job_id, reason))
+
+    def cancel(self, job_id: int) -> Any:
+        return self.run("cancel", lambda: self.ops.cancel(job_id))
+
+    def get(self, job_id: int) -> Any:
+        return self.run("get", lambda: self.ops.get(job_id))
+
+    def stats(self) -> Any:
+        return self.run("stats", self.ops.stats)
+
+    def list_jobs(
+        self, queue: str | None, state: JobState | None, limit: int, after: int
+    ) -> Any:
+        return self.run("list_jobs", lambda: self.ops.list_jobs(queue, state, limit, after))
+
+    def peek(self, queue: str, state: PeekState, limit: int) -> Any:
+        return self.run("peek", lambda: self.ops.peek(queue, state, limit))
+
+    def configure_queue(self, queue: str, changes: Mapping[str, int | float | None]) -> Any:
+        return self.run("configure_queue", lambda: self.ops.configure_queue(queue, changes))
+
+    def queue_configs(self) -> Any:
+        return self.run("queue_configs", self.ops.queue_configs)
+
+    def server_version(self) -> Any:
+        return self.run("server_version", self.ops.server_version)
+
+    def set_paused(self, queue: str, paused: bool) -> Any:
+        return self.run("set_paused", lambda: self.ops.set_paused(queue, paused))
+
+    def paused(self) -> Any:
+        return self.run("paused", self.ops.paused)
+
+    def reclaim(self, limit: int) -> Any:
+        return self.run("reclaim", lambda: self.ops.reclaim(limit))
+
+    def prune(self, older_than: float) -> Any:
+        return self.run("prune", lambda: self.ops.prune(older_than))
+
+    def drop(self) -> Any:
+        """Not part of the contract: removes this prefix's tables or keys (``leaseq
+        bench`` and the tests clean up with it)."""
+        return self.run("drop", self.ops.drop)
+
+    def close(self) -> Any:
+        return self.runner.close()
