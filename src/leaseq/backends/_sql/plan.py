@@ -66,16 +66,26 @@ def load_queries(package: str, prefix: str, paramstyle: str) -> dict[str, str]:
     """Load ``queries.sql`` of a dialect package into ``{name: sql}``.
 
     This is the one place where SQL text is changed at run time: ``{prefix}`` becomes the
-    validated table prefix (``Settings`` allows only ``[a-z0-9_]``) and ``:name``
-    placeholders become the driver's style. Values are always bound parameters.
+    validated table prefix (``Settings`` allows only ``[a-z0-9_]``), ``{_fragment}`` the
+    text of the file's fragment of that name, and ``:name`` placeholders the driver's
+    style. Values are always bound parameters.
     """
     text = resources.files(package).joinpath("queries.sql").read_text("utf-8")
     parts = _NAME.split(text)
-    queries: dict[str, str] = {}
+    bodies: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         # Comment lines are dropped so that prose in them is never parsed for placeholders.
         lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
-        sql = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)
+        bodies[name] = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)
+    # A name starting with "_" is a fragment, not a query: other queries say {_name} where
+    # its text belongs (the column list of a job row, written once per dialect).
+    fragments = {f"{{{name}}}": sql for name, sql in bodies.items() if name.startswith("_")}
+    queries: dict[str, str] = {}
+    for name, sql in bodies.items():
+        if name.startswith("_"):
+            continue
+        for mark, fragment in fragments.items():
+            sql = sql.replace(mark, fragment)
         if paramstyle == "pyformat":
             sql = _PARAM.sub(r"%(\1)s", sql)
         queries[name] = sql

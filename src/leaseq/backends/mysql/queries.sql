@@ -193,24 +193,33 @@ FROM {prefix}jobs WHERE id = :id
 UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
--- name: get_live
--- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change) and the job's own lease.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
+-- name: _live_row
+-- The columns of a live job as SqlOps.info reads them (the history row's differ only
+-- where a live job has no value yet: finished_at, result).
+id, queue, kind, state, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
        started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+       COALESCE(updated_at, created_at), lease;
+
+-- name: _history_row
+-- _live_row's columns as history keeps them.
+id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
+       UTC_TIMESTAMP(6),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease;
+
+-- name: get_live
+-- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
+-- creation until the first state change) and the job's own lease.
+SELECT {_live_row}
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: get_history
 -- get_live's columns as history keeps them (rows archived before migration 0004 have no
 -- updated_at: their finish is their last change).
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       UTC_TIMESTAMP(6),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease
+SELECT {_history_row}
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
@@ -309,11 +318,7 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
 SELECT name FROM {prefix}queues WHERE paused = 1 ORDER BY name;
 
 -- name: list_live
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
-       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR :state =
@@ -322,11 +327,7 @@ WHERE id > :after AND (:queue IS NULL OR queue = :queue)
 ORDER BY id LIMIT :limit;
 
 -- name: list_history
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       UTC_TIMESTAMP(6),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease
+SELECT {_history_row}
 FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
@@ -441,11 +442,7 @@ LOCK IN SHARE MODE;
 -- force the claim index, which leads with (queue, state): left to itself the optimizer
 -- took the unique index (every state of the queue) or the lease index (every queue's dead
 -- jobs).
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
-       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
 ORDER BY sort_priority, available_at, id
@@ -453,11 +450,7 @@ LIMIT :limit;
 
 -- name: peek_scheduled
 -- Jobs not yet due, soonest first: the queue's available range of the claim index, sorted.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
-       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at > UTC_TIMESTAMP(6)
 ORDER BY available_at, id
@@ -465,11 +458,7 @@ LIMIT :limit;
 
 -- name: peek_dead
 -- Newest dead jobs first: the queue's dead range of the claim index, sorted.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts,
-       CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
-       started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'dead'
 ORDER BY id DESC

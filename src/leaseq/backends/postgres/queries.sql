@@ -192,24 +192,33 @@ FROM {prefix}jobs WHERE id = :id
 UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
--- name: get_live
--- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change) and the job's own lease.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+-- name: _live_row
+-- The columns of a live job as SqlOps.info reads them (the history row's differ only
+-- where a live job has no value yet: finished_at, result).
+id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
        NULL::text, last_error, cancel_requested, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+       COALESCE(updated_at, created_at), lease;
+
+-- name: _history_row
+-- _live_row's columns as history keeps them.
+id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
+       result, error, false, now(),
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease;
+
+-- name: get_live
+-- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
+-- creation until the first state change) and the job's own lease.
+SELECT {_live_row}
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: get_history
 -- get_live's columns as history keeps them (rows archived before migration 0004 have no
 -- updated_at: their finish is their last change).
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
-       result, error, false, now(),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease
+SELECT {_history_row}
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
@@ -306,11 +315,7 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now();
 SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
 
 -- name: list_live
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
-       NULL::text, last_error, cancel_requested, now(),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:state::text IS NULL OR :state::text =
@@ -318,11 +323,7 @@ WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
 ORDER BY id LIMIT :limit;
 
 -- name: list_history
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
-       result, error, false, now(),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease
+SELECT {_history_row}
 FROM {prefix}history
 WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
   AND (:state::text IS NULL OR state = :state::text)
@@ -456,11 +457,7 @@ LIMIT 1;
 
 -- name: peek_available
 -- Due jobs in claim order, by the claim index; the 27 columns of get_live.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
-       NULL::text, last_error, cancel_requested, now(),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'available' AND available_at <= now()
 ORDER BY priority DESC, available_at, id
@@ -468,11 +465,7 @@ LIMIT :limit;
 
 -- name: peek_scheduled
 -- Jobs not yet due, soonest first: the queue's range of the claim index, then a top-N sort.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
-       NULL::text, last_error, cancel_requested, now(),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'available' AND available_at > now()
 ORDER BY available_at, id
@@ -480,11 +473,7 @@ LIMIT :limit;
 
 -- name: peek_dead
 -- Newest dead jobs first, backwards along the dead index.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
-       NULL::text, last_error, cancel_requested, now(),
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'dead'
 ORDER BY id DESC

@@ -165,24 +165,33 @@ FROM {prefix}jobs WHERE id = :id
 UNION ALL
 SELECT state FROM {prefix}history WHERE id = :id;
 
--- name: get_live
--- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change) and the job's own lease.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+-- name: _live_row
+-- The columns of a live job as SqlOps.info reads them (the history row's differ only
+-- where a live job has no value yet: finished_at, result).
+id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
        last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+       COALESCE(updated_at, created_at), lease;
+
+-- name: _history_row
+-- _live_row's columns as history keeps them.
+id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
+       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
+       (julianday('now') - 2440587.5) * 86400.0,
+       reserves, timeouts, releases, buries, kicks, failed_at,
+       COALESCE(updated_at, finished_at), lease;
+
+-- name: get_live
+-- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
+-- creation until the first state change) and the job's own lease.
+SELECT {_live_row}
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: get_history
 -- get_live's columns as history keeps them (rows archived before migration 0004 have no
 -- updated_at: their finish is their last change).
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       (julianday('now') - 2440587.5) * 86400.0,
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease
+SELECT {_history_row}
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
@@ -279,11 +288,7 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
 SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
 
 -- name: list_live
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
-       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:state IS NULL OR :state =
@@ -293,11 +298,7 @@ WHERE id > :after AND (:queue IS NULL OR queue = :queue)
 ORDER BY id LIMIT :limit;
 
 -- name: list_history
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
-       (julianday('now') - 2440587.5) * 86400.0,
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease
+SELECT {_history_row}
 FROM {prefix}history
 WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
@@ -434,11 +435,7 @@ LIMIT 1;
 
 -- name: peek_available
 -- Due jobs in claim order, by the claim index; the 27 columns of get_live.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
-       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
@@ -447,11 +444,7 @@ LIMIT :limit;
 
 -- name: peek_scheduled
 -- Jobs not yet due, soonest first: the queue's range of the claim index, then a sort.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
-       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'available'
   AND available_at > (julianday('now') - 2440587.5) * 86400.0
@@ -460,11 +453,7 @@ LIMIT :limit;
 
 -- name: peek_dead
 -- Newest dead jobs first, backwards along the dead index.
-SELECT id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
-       available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
-       last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
-       reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease
+SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'dead'
 ORDER BY id DESC
