@@ -321,10 +321,16 @@ class Queue(Shared):
         state: JobState | None = None,
         limit: int = 100,
         after: int = 0,
+        kind: str | None = None,
+        unique_key: str | None = None,
     ) -> list[JobInfo]:
         """List jobs, live and historical, in id order: those with id > ``after``,
-        optionally of one queue and one state. Page with ``after=<last id seen>``."""
-        return self._backend.list_jobs(*self._listing(queue, state, limit, after))
+        optionally of one queue, one state, one ``kind`` (task name) and one
+        ``unique_key`` (exact matches; filters combine). Page with
+        ``after=<last id seen>``."""
+        return self._backend.list_jobs(
+            *self._listing(queue, state, limit, after, kind, unique_key)
+        )
 
     def configure_queue(
         self,
@@ -645,9 +651,13 @@ class AsyncQueue(Shared):
         state: JobState | None = None,
         limit: int = 100,
         after: int = 0,
+        kind: str | None = None,
+        unique_key: str | None = None,
     ) -> list[JobInfo]:
         """See ``Queue.jobs``."""
-        return await self._backend.list_jobs(*self._listing(queue, state, limit, after))
+        return await self._backend.list_jobs(
+            *self._listing(queue, state, limit, after, kind, unique_key)
+        )
 
     async def configure_queue(
         self,

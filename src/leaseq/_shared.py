@@ -346,18 +346,22 @@ class Shared:
 
     @staticmethod
     def _listing(
-        queue: str | None, state: object, limit: object, after: object
-    ) -> tuple[str | None, JobState | None, int, int]:
+        queue: str | None, state: object, limit: object, after: object,
+        kind: object = None, unique_key: object = None,
+    ) -> tuple[str | None, JobState | None, int, int, str | None, str | None]:
         if state is not None and state not in (*LIVE_STATES, *TERMINAL_STATES):
             raise InvalidArgument(
                 f"state must be one of {', '.join((*LIVE_STATES, *TERMINAL_STATES))}, "
                 f"got {state!r}"
             )
+        # The checks enqueue makes: a value no job can hold is refused, not silently unmatched.
         return (
             None if queue is None else v.queue_name(queue),
             state,
             v.integer("limit", limit, 1, 10_000),
             v.integer("after", after, 0, 2**63 - 1),
+            v.optional_text("kind", kind, v.MAX_KIND),
+            v.optional_text("unique_key", unique_key, v.MAX_UNIQUE_KEY),
         )
 
     @staticmethod

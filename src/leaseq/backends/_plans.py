@@ -106,9 +106,11 @@ class PlanBackend:
         return self.run("stats", self.ops.stats)
 
     def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
+        self, queue: str | None, state: JobState | None, limit: int, after: int,
+        kind: str | None = None, unique_key: str | None = None,
     ) -> Any:
-        return self.run("list_jobs", lambda: self.ops.list_jobs(queue, state, limit, after))
+        return self.run("list_jobs", lambda: self.ops.list_jobs(queue, state, limit, after,
+                                                                kind, unique_key))
 
     def peek(self, queue: str, state: PeekState, limit: int) -> Any:
         return self.run("peek", lambda: self.ops.peek(queue, state, limit))

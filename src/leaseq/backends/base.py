@@ -155,10 +155,12 @@ class Backend(Protocol):
         ``oldest_available_age``; every queue with jobs, history or a settings row."""
 
     def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
+        self, queue: str | None, state: JobState | None, limit: int, after: int,
+        kind: str | None = None, unique_key: str | None = None,
     ) -> list[JobInfo]:
-        """Live and historical jobs with id > ``after``, by id, optionally of one queue
-        and one state; at most ``limit``."""
+        """Live and historical jobs with id > ``after``, by id, optionally of one queue,
+        one state, one ``kind`` and one ``unique_key`` (exact, byte-for-byte matches);
+        at most ``limit``."""
 
     def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]:
         """Up to ``limit`` jobs of ``queue``, changing nothing: ``available``, the due
@@ -240,7 +242,8 @@ class AsyncBackend(Protocol):
     async def get(self, job_id: int) -> JobInfo: ...
     async def stats(self) -> dict[str, QueueStats]: ...
     async def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
+        self, queue: str | None, state: JobState | None, limit: int, after: int,
+        kind: str | None = None, unique_key: str | None = None,
     ) -> list[JobInfo]: ...
     async def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]: ...
     async def configure_queue(

@@ -442,12 +442,15 @@ class MemoryBackend:
             return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
 
     def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
+        self, queue: str | None, state: JobState | None, limit: int, after: int,
+        kind: str | None = None, unique_key: str | None = None,
     ) -> list[JobInfo]:
         with self.lock:
             rows = sorted(
                 (r for r in [*self.live.values(), *self.history.values()]
                  if r.id > after and (queue is None or r.queue == queue)
+                 and (kind is None or r.kind == kind)
+                 and (unique_key is None or r.unique_key == unique_key)
                  and (state is None or self._state(r) == state)),
                 key=lambda r: r.id,
             )

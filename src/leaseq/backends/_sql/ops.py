@@ -726,9 +726,11 @@ class SqlOps:
         return str(r.rows[0][0])
 
     def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
+        self, queue: str | None, state: JobState | None, limit: int, after: int,
+        kind: str | None = None, unique_key: str | None = None,
     ) -> Plan[list[JobInfo]]:
-        params = {"queue": queue, "state": state, "limit": limit, "after": after}
+        params = {"queue": queue, "state": state, "limit": limit, "after": after,
+                  "kind": kind, "unique_key": unique_key}
         rows: list[tuple[Any, ...]] = []
         if state is None or state in LIVE_STATES:
             rows += (yield Stmt("list_live", params)).rows

@@ -318,18 +318,30 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
 SELECT name FROM {prefix}queues WHERE paused = 1 ORDER BY name;
 
 -- name: list_live
+-- PyMySQL and aiomysql bind parameters on the client, so the server plans with the values:
+-- the test of a NULL filter folds away, and given a queue and a unique key the unique index
+-- finds the job. kind is VARCHAR, where 'a' = 'a ' (PAD SPACE): equal lengths make the
+-- comparison exact (unique_key is VARBINARY here, exact already).
 SELECT {_live_row}
 FROM {prefix}jobs
 WHERE id > :after AND (:queue IS NULL OR queue = :queue)
+  AND (:unique_key IS NULL OR unique_key = :unique_key)
+  AND (:kind IS NULL OR (kind = :kind AND LENGTH(kind) = LENGTH(:kind)))
   AND (:state IS NULL OR :state =
        CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
             ELSE state END)
 ORDER BY id LIMIT :limit;
 
 -- name: list_history
+-- As list_live; here unique_key is VARCHAR too, so its comparison checks lengths as well,
+-- and history_unique serves a lookup by queue and unique key.
 SELECT {_history_row}
 FROM {prefix}history
-WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
+WHERE id > :after AND (:queue IS NULL OR queue = :queue)
+  AND (:unique_key IS NULL
+       OR (unique_key = :unique_key AND LENGTH(unique_key) = LENGTH(:unique_key)))
+  AND (:kind IS NULL OR (kind = :kind AND LENGTH(kind) = LENGTH(:kind)))
+  AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
 
 -- name: archive_held_many

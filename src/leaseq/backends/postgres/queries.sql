@@ -315,18 +315,51 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now();
 SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
 
 -- name: list_live
-SELECT {_live_row}
-FROM {prefix}jobs
-WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
-  AND (:state::text IS NULL OR :state::text =
-       CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled' ELSE state END)
+-- Two branches, exactly one of which the parameters switch on (the other's parameter-only
+-- test is false, so it reads nothing): given a queue and a unique key, the unique index
+-- finds the job; otherwise the primary key is walked in id order. A single branch with
+-- "(:unique_key IS NULL OR unique_key = ...)" would read the same rows, but psycopg
+-- prepares a statement that runs often, and PostgreSQL's generic plan for it cannot use
+-- the index for such a condition. Each branch orders and limits itself so that the walk
+-- stops at :limit rows.
+(SELECT {_live_row}
+ FROM {prefix}jobs
+ WHERE :queue::text IS NOT NULL AND :unique_key::text IS NOT NULL
+   AND queue = :queue::text AND unique_key = :unique_key::text AND id > :after
+   AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:state::text IS NULL OR :state::text =
+        CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled' ELSE state END)
+ ORDER BY id LIMIT :limit)
+UNION ALL
+(SELECT {_live_row}
+ FROM {prefix}jobs
+ WHERE (:queue::text IS NULL OR :unique_key::text IS NULL)
+   AND id > :after AND (:queue::text IS NULL OR queue = :queue::text)
+   AND (:unique_key::text IS NULL OR unique_key = :unique_key::text)
+   AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:state::text IS NULL OR :state::text =
+        CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled' ELSE state END)
+ ORDER BY id LIMIT :limit)
 ORDER BY id LIMIT :limit;
 
 -- name: list_history
-SELECT {_history_row}
-FROM {prefix}history
-WHERE id > :after AND (:queue::text IS NULL OR queue = :queue::text)
-  AND (:state::text IS NULL OR state = :state::text)
+-- As list_live: with a queue and a unique key, history_unique finds the rows.
+(SELECT {_history_row}
+ FROM {prefix}history
+ WHERE :queue::text IS NOT NULL AND :unique_key::text IS NOT NULL
+   AND queue = :queue::text AND unique_key = :unique_key::text AND id > :after
+   AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:state::text IS NULL OR state = :state::text)
+ ORDER BY id LIMIT :limit)
+UNION ALL
+(SELECT {_history_row}
+ FROM {prefix}history
+ WHERE (:queue::text IS NULL OR :unique_key::text IS NULL)
+   AND id > :after AND (:queue::text IS NULL OR queue = :queue::text)
+   AND (:unique_key::text IS NULL OR unique_key = :unique_key::text)
+   AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:state::text IS NULL OR state = :state::text)
+ ORDER BY id LIMIT :limit)
 ORDER BY id LIMIT :limit;
 
 -- name: complete_many

@@ -493,10 +493,13 @@ class RedisOps:
         return out
 
     def list_jobs(
-        self, queue: str | None, state: JobState | None, limit: int, after: int
+        self, queue: str | None, state: JobState | None, limit: int, after: int,
+        kind: str | None = None, unique_key: str | None = None,
     ) -> Plan[list[JobInfo]]:
         """Each chunk of queues gives its own first ``limit`` matches (``list.lua`` pages
-        through them); the overall first ``limit`` are among those."""
+        through them); the overall first ``limit`` are among those. No index holds every
+        job of a kind or a unique key (``unique`` and ``finished`` name one job per key),
+        so those filters are checked job by job, ``scan`` ids per queue per call."""
         if queue is None:
             chunks = yield from self.queue_groups()
         else:
@@ -506,7 +509,9 @@ class RedisOps:
             scan = max(16, 1024 // len(names))
             cursor, wanted = after, limit
             while wanted:
-                cursor, now, flats = yield Call("list", keys, (cursor, wanted, opt(state), scan))
+                cursor, now, flats = yield Call(
+                    "list", keys, (cursor, wanted, opt(state), scan, opt(kind), opt(unique_key))
+                )
                 found += [info(record(flat), int(now)) for flat in flats]
                 wanted -= len(flats)
                 if not int(cursor):

@@ -288,9 +288,27 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
 SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
 
 -- name: list_live
+-- Two branches, exactly one of which the parameters switch on (SQLite tests a condition on
+-- parameters alone once, before reading): given a queue and a unique key, the unique index
+-- finds the job; otherwise the primary key is walked in id order. SQLite plans a statement
+-- before its parameters are bound, so "(:unique_key IS NULL OR unique_key = ...)" alone
+-- could never use the index. The branches merge in id order, so the walk stops at :limit.
 SELECT {_live_row}
 FROM {prefix}jobs
-WHERE id > :after AND (:queue IS NULL OR queue = :queue)
+WHERE :queue IS NOT NULL AND :unique_key IS NOT NULL
+  AND queue = :queue AND unique_key = :unique_key AND id > :after
+  AND (:kind IS NULL OR kind = :kind)
+  AND (:state IS NULL OR :state =
+       CASE WHEN state = 'available'
+             AND available_at > (julianday('now') - 2440587.5) * 86400.0
+            THEN 'scheduled' ELSE state END)
+UNION ALL
+SELECT {_live_row}
+FROM {prefix}jobs
+WHERE (:queue IS NULL OR :unique_key IS NULL)
+  AND id > :after AND (:queue IS NULL OR queue = :queue)
+  AND (:unique_key IS NULL OR unique_key = :unique_key)
+  AND (:kind IS NULL OR kind = :kind)
   AND (:state IS NULL OR :state =
        CASE WHEN state = 'available'
              AND available_at > (julianday('now') - 2440587.5) * 86400.0
@@ -298,9 +316,19 @@ WHERE id > :after AND (:queue IS NULL OR queue = :queue)
 ORDER BY id LIMIT :limit;
 
 -- name: list_history
+-- As list_live: with a queue and a unique key, history_unique finds the rows.
 SELECT {_history_row}
 FROM {prefix}history
-WHERE id > :after AND (:queue IS NULL OR queue = :queue) AND (:state IS NULL OR state = :state)
+WHERE :queue IS NOT NULL AND :unique_key IS NOT NULL
+  AND queue = :queue AND unique_key = :unique_key AND id > :after
+  AND (:kind IS NULL OR kind = :kind) AND (:state IS NULL OR state = :state)
+UNION ALL
+SELECT {_history_row}
+FROM {prefix}history
+WHERE (:queue IS NULL OR :unique_key IS NULL)
+  AND id > :after AND (:queue IS NULL OR queue = :queue)
+  AND (:unique_key IS NULL OR unique_key = :unique_key)
+  AND (:kind IS NULL OR kind = :kind) AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
 
 -- name: archive_held_many
