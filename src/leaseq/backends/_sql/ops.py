@@ -672,11 +672,16 @@ class SqlOps:
         the age of each queue's oldest due job, and ``queue_rows`` (every settings row,
         paused or not) replaces the read of the paused queues."""
         counts: dict[str, dict[str, Any]] = {}
-        for queue, state, n, age in (yield Stmt("live_counts")).rows:
+        for queue, state, n, later, age in (yield Stmt("live_counts")).rows:
             c = counts.setdefault(queue, {})
-            c[state] = int(n)
-            if state == "available" and age is not None:
-                c["oldest_available_age"] = max(0.0, float(age))  # clock steps
+            if state == "available":
+                # Stored 'available' holds both: due now, and scheduled for later.
+                c["scheduled"] = int(later or 0)
+                c["available"] = int(n) - c["scheduled"]
+                if age is not None:
+                    c["oldest_available_age"] = max(0.0, float(age))  # clock steps
+            else:
+                c[state] = int(n)
         for queue, state, n in (yield Stmt("history_counts")).rows:
             counts.setdefault(queue, {})[state] = int(n)
         for queue, paused in (yield Stmt("queue_rows")).rows:

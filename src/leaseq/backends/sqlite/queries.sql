@@ -195,14 +195,14 @@ SELECT {_history_row}
 FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
--- Per queue and state, the count and, for the due jobs (bucket 'available'), how long the
--- oldest has waited in seconds (ignored for the other buckets).
-SELECT queue,
-       CASE WHEN state = 'available'
-             AND available_at > (julianday('now') - 2440587.5) * 86400.0
-            THEN 'scheduled' ELSE state END AS bucket,
-       COUNT(*), (julianday('now') - 2440587.5) * 86400.0 - MIN(available_at)
-FROM {prefix}jobs GROUP BY queue, bucket;
+-- Per queue and stored state: the count, how many of them are not yet due (available but
+-- scheduled later), and how long the oldest due one has waited in seconds.
+SELECT queue, state, COUNT(*),
+       SUM(available_at > (julianday('now') - 2440587.5) * 86400.0),
+       (julianday('now') - 2440587.5) * 86400.0
+         - MIN(CASE WHEN available_at <= (julianday('now') - 2440587.5) * 86400.0
+                    THEN available_at END)
+FROM {prefix}jobs GROUP BY queue, state;
 
 -- name: history_counts
 SELECT queue, state, COUNT(*) FROM {prefix}history GROUP BY queue, state;
