@@ -476,22 +476,39 @@ def load_app(target: str) -> leaseq.App:
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", default="INFO", show_default=True)
 @click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              envvar="LEASEQ_METRICS_PORT",
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; "
+                   "or set LEASEQ_METRICS_PORT). Off by default. Needs leaseq[metrics].")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              envvar="LEASEQ_METRICS_HOST", help="Address the metrics server listens on.")
 def worker(app_path: str, queues: str | None, concurrency: int | None, lease: float | None,
            grace: float, poll_interval: float, reclaim_interval: float,
            prune_history_after: float | None, burst: bool, log_level: str,
-           url: str | None) -> None:
+           url: str | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run the tasks of MODULE:APP until SIGTERM or SIGINT.
 
-    History is kept unless --prune-history-after is given (or `leaseq prune` runs)."""
+    History is kept unless --prune-history-after is given (or `leaseq prune` runs).
+    --metrics-port serves the worker's metrics and the queue counts (docs/operations.md)."""
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = load_app(app_path)
     if url:
         app.url = url
     names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
+    recorder = None
+    if metrics_port is not None:
+        # Imported here: without --metrics-port the worker never loads prometheus-client.
+        from leaseq.metrics import WorkerMetrics
+
+        recorder = WorkerMetrics()
+        # The app's own client, opened by the first scrape (not at start) and shared with
+        # handlers that enqueue: no connection pool of its own.
+        recorder.watch(lambda: app.queue.stats())
+        recorder.serve(metrics_port, metrics_host)
     code = leaseq.Worker(app, names, concurrency=concurrency, lease=lease, grace=grace,
                          poll_interval=poll_interval, reclaim_interval=reclaim_interval,
-                         prune_after=prune_history_after, burst=burst).run()
+                         prune_after=prune_history_after, burst=burst, metrics=recorder).run()
     sys.exit(code)
 
 

@@ -5,13 +5,15 @@ writes everything pending in one ``ack_many`` call. While a flush is in flight n
 up, so batches grow with load by themselves; an idle worker flushes on the next turn of the
 loop (or after ``delay`` seconds), so handlers finishing in the same turn share a write.
 ``on_done`` learns, per job, whether it completed (True), its lease was lost (False), or the
-write failed (the exception).
+write failed (the exception). ``timed``, when given (metrics on), learns how many seconds
+each write took.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +25,12 @@ Done = Callable[[Job, bool | BaseException], None]
 
 class Completer:
     def __init__(
-        self, aq: AsyncQueue, on_done: Done, max_batch: int = 500, delay: float = 0.0
+        self, aq: AsyncQueue, on_done: Done, max_batch: int = 500, delay: float = 0.0,
+        timed: Callable[[float], None] | None = None,
     ) -> None:
         self.aq = aq
         self.on_done = on_done
+        self.timed = timed
         self.max_batch = max_batch
         self.delay = delay
         self.pending: list[tuple[Job, Any]] = []
@@ -59,12 +63,16 @@ class Completer:
                 await self._write(batch)
 
     async def _write(self, batch: list[tuple[Job, Any]]) -> None:
+        began = time.perf_counter() if self.timed is not None else 0.0
         try:
             done: list[bool] = await self.aq.ack_many(batch)
         except Exception as exc:  # every job of the batch learns of the failed write
             for job, _ in batch:
                 self.on_done(job, exc)
             return
+        finally:
+            if self.timed is not None:
+                self.timed(time.perf_counter() - began)
         for (job, _), ok in zip(batch, done, strict=True):
             self.on_done(job, ok)
 

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leaseq import _hooks, _listen
 from leaseq import _wakeup as wakeup
@@ -60,6 +60,9 @@ from leaseq.errors import (
 from leaseq.tasks import App, Task
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
+
+if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
+    from leaseq.metrics import WorkerMetrics, WorkerRecorder
 
 log = logging.getLogger("leaseq.worker")
 FENCE_MARGIN = 0.1
@@ -103,6 +106,9 @@ class Worker:
         worker_id: Names this worker in the jobs it holds. Defaults to host:pid:random.
         burst: Stop by itself once it has run jobs and finds its queues empty (for
             batch runs and benchmarks). Defaults to False.
+        metrics: A ``leaseq.metrics.WorkerMetrics`` to record into (jobs processed by
+            outcome, run and wait times, claim and ack latency, jobs held); serve it with
+            its ``serve(port)``. Defaults to None: nothing is recorded or imported.
     """
 
     def __init__(
@@ -118,6 +124,7 @@ class Worker:
         prune_after: float | None = None,
         worker_id: str | None = None,
         burst: bool = False,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
@@ -138,6 +145,9 @@ class Worker:
         self.reclaim_interval = reclaim_interval
         self.prune_after = prune_after
         self.burst = burst
+        self.metrics = metrics
+        # This run's recorder; None (metrics off) costs one comparison per event.
+        self._metrics: WorkerRecorder | None = None
         suffix = f"{random.randrange(16**4):04x}"
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self.inflight: dict[int, tuple[JobContext, asyncio.Task[None]]] = {}
@@ -191,7 +201,10 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
         aq = AsyncQueue(self.app.url, self.app.settings)
-        self._completer = Completer(aq, self._acked)
+        if self.metrics is not None:
+            self._metrics = self.metrics.recorder(aq.backend, self.queues, self._held_queues)
+        self._completer = Completer(aq, self._acked,
+                                    timed=None if self._metrics is None else self._metrics.acked)
         self._completer.start()
         beats = threading.Thread(target=self._heartbeats, name="leaseq-heartbeat", daemon=True)
         beats.start()
@@ -278,6 +291,8 @@ class Worker:
                 await asyncio.sleep(GATHER)
                 continue
             gathered = False
+            metrics = self._metrics
+            began = time.perf_counter() if metrics is not None else 0.0
             try:
                 jobs = await aq.dequeue(self.queues, worker_id=self.worker_id,
                                         lease=self.lease, limit=free)
@@ -285,6 +300,10 @@ class Worker:
                 log.warning("fetch failed, retrying: %s", exc)
                 jobs = []
                 idle = self.poll_interval
+            if metrics is not None:
+                metrics.dequeued(time.perf_counter() - began)
+                for job in jobs:
+                    metrics.started(job)
             started = time.monotonic()
             for job in jobs:
                 self._start(aq, job, started)
@@ -342,13 +361,22 @@ class Worker:
             if not handed_off:
                 self._done(ctx.job.id)
 
+    def _held_queues(self) -> list[str]:
+        """The queue of every job held now (metrics read it from the scrape's thread; a
+        list() of a dict is one step under the GIL, as for the heartbeat thread)."""
+        return [ctx.job.queue for ctx, _ in list(self.inflight.values())]
+
     def _acked(self, job: Job, outcome: bool | BaseException) -> None:
         """The completer wrote (or failed to write) ``job``'s ack."""
         self._done(job.id)
         if outcome is True:
             self.processed += 1
+            if self._metrics is not None:
+                self._metrics.finished(job, "completed")
         elif outcome is False:
             log.warning("job %s: lease lost before its outcome was written", job.id)
+            if self._metrics is not None:
+                self._metrics.finished(job, "lease_lost")
         else:
             log.error("job %s: outcome not written (%s); the lease will expire", job.id, outcome)
 
@@ -370,6 +398,9 @@ class Worker:
                 ctx.timed_out = True
                 return decide.timed_out(timeout)
             return decide.failed(exc)
+        finally:
+            if self._metrics is not None:
+                self._metrics.ran(ctx.job, time.monotonic() - began)
 
     async def _call(self, ctx: JobContext, task: Task[Any, Any]) -> Any:
         payload = ctx.job.payload
@@ -403,6 +434,8 @@ class Worker:
         job = ctx.job
         if ctx.lease_lost:
             log.warning("job %s: lease lost, outcome not recorded", job.id)
+            if self._metrics is not None:
+                self._metrics.finished(job, "lease_lost")
             return False
         if ctx.shutting_down and result.action == "release" and not ctx.cancelled:
             return False  # shutdown gives it back itself
@@ -424,9 +457,14 @@ class Worker:
                 state = await aq.nack(job, result.error, backoff=backoff)
             self.processed += 1
             self.failed += result.action in ("nack", "bury", "discard")
+            if self._metrics is not None:
+                self._metrics.finished(job, _outcome_label(result, state, ctx.cancelled))
             self._start_hooks(aq, job, result, state, task)
         except LeaseLost:
             log.warning("job %s: lease lost before its outcome was written", job.id)
+            # At shutdown the give-back may have won the race: it counts the job.
+            if self._metrics is not None and not ctx.shutting_down:
+                self._metrics.finished(job, "lease_lost")
         except LeaseqError as exc:
             log.error("job %s: outcome not written (%s); the lease will expire", job.id, exc)
         return False
@@ -485,8 +523,14 @@ class Worker:
             try:
                 await aq.release(ctx.job)
                 log.info("job %s given back at shutdown", ctx.job.id)
+                if self._metrics is not None:
+                    self._metrics.finished(ctx.job, "released")
             except LeaseqError as exc:
                 log.warning("job %s not given back (%s); its lease will expire", ctx.job.id, exc)
+                # A lost lease or a cancel was counted by the job's own _record.
+                if (self._metrics is not None and isinstance(exc, LeaseLost)
+                        and not (ctx.lease_lost or ctx.cancelled)):
+                    self._metrics.finished(ctx.job, "lease_lost")
         await asyncio.gather(*(r for _, r in list(self.inflight.values())),
                              return_exceptions=True)
 
@@ -598,6 +642,17 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
     except ImportError:
         return asyncio.run
     return uvloop.run
+
+
+def _outcome_label(written: Outcome, state: JobState | None, cancelled: bool) -> str:
+    """The ``outcome`` label of a written failure or cancel: a nack that left the job
+    waiting is a retry; one that used up its attempts, a bury (unknown task included) and a
+    discard all end the job's runs (``dead``)."""
+    if cancelled or written.action == "release":
+        return "cancelled"
+    if written.action == "nack" and state not in ("dead", "discarded"):
+        return "retried"
+    return "dead"
 
 
 def _run_sync(ctx: JobContext, task: Task[Any, Any], payload: dict[str, Any]) -> Any:
