@@ -22,6 +22,7 @@ import click
 
 import leaseq
 from leaseq.backends._sql.plan import load_migrations
+from leaseq.cli.dashboard import dashboard as dashboard_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 DIALECTS = {
@@ -566,6 +567,9 @@ def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: f
     table.add_row("pickup latency at 200 jobs/s",
                   f"p50 {pickup['p50']} ms, p95 {pickup['p95']} ms, p99 {pickup['p99']} ms")
     console().print(table)
+
+
+cli.add_command(dashboard_command)
 
 
 def main() -> None:

@@ -1,0 +1,636 @@
+"""The dashboard's routes: pages rendered on the server, a JSON API with the same data, and
+``/metrics``. Everything is read and changed through ``AsyncQueue``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import itertools
+import json
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+import leaseq
+from leaseq._core.job import LIVE_STATES, TERMINAL_STATES, JobInfo, QueueStats
+from leaseq.dashboard.security import (
+    COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    Auth,
+    safe_next,
+    same_origin,
+)
+from leaseq.errors import (
+    BackendError,
+    InvalidArgument,
+    JobNotFound,
+    JobStateError,
+    LeaseqError,
+    ValidationError,
+)
+
+HERE = Path(__file__).parent
+STATES = (*LIVE_STATES, *TERMINAL_STATES)
+PAGE = 50
+"""Jobs per page in the lists."""
+PREVIEW = 160
+"""Characters of a payload or error shown in a list; the job's page shows all of it."""
+STATS_TTL = 1.0
+"""Seconds one read of the queue counts serves every request (pages, API, /metrics)."""
+SAMPLES = 150
+"""Throughput samples kept (one per stats read at most every ``SAMPLE_EVERY`` seconds)."""
+SAMPLE_EVERY = 2.0
+SERIES = 30
+"""Throughput points per queue in ``/api/queues`` (the sparkline)."""
+KICK_LIMIT = 10_000
+DASH = "\N{EN DASH}"
+
+SECURITY_HEADERS = {
+    # No inline script or style anywhere, so an escaped-but-missed string still cannot run.
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for display and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+class Source:
+    """The dashboard's one client, opened on first use (a mounted app gets no lifespan
+    call), with the queue counts cached for ``STATS_TTL`` and the throughput samples."""
+
+    def __init__(self, url: str, settings: leaseq.Settings) -> None:
+        self.url = url
+        self.settings = settings
+        self._queue: leaseq.AsyncQueue | None = None
+        self._opening = asyncio.Lock()
+        self._reading = asyncio.Lock()
+        self._stats: dict[str, QueueStats] = {}
+        self._read_at = float("-inf")
+        self.samples: deque[tuple[float, dict[str, int]]] = deque(maxlen=SAMPLES)
+
+    async def queue(self) -> leaseq.AsyncQueue:
+        if self._queue is None:
+            async with self._opening:
+                if self._queue is None:
+                    self._queue = leaseq.AsyncQueue(self.url, self.settings)
+        return self._queue
+
+    async def stats(self) -> dict[str, QueueStats]:
+        if time.monotonic() - self._read_at < STATS_TTL:
+            return self._stats
+        async with self._reading:  # one read for every request that arrives meanwhile
+            if time.monotonic() - self._read_at >= STATS_TTL:
+                stats = await (await self.queue()).stats()
+                self._stats, self._read_at = stats, time.monotonic()
+                self._sample(stats)
+        return self._stats
+
+    def forget(self) -> None:
+        """After an action, so the next read shows its effect."""
+        self._read_at = float("-inf")
+
+    def _sample(self, stats: Mapping[str, QueueStats]) -> None:
+        now = time.monotonic()
+        if self.samples and now - self.samples[-1][0] < SAMPLE_EVERY:
+            return
+        self.samples.append((now, {q: finished(s) for q, s in stats.items()}))
+
+    def series(self, queue: str | None, points: int = SAMPLES) -> list[float]:
+        """Jobs finished per second between consecutive samples, oldest first; for every
+        queue together when ``queue`` is None. Pruned history makes a negative step,
+        shown as 0."""
+        samples = list(self.samples)[-(points + 1):]
+        rates = []
+        for (t0, c0), (t1, c1) in itertools.pairwise(samples):
+            if queue is None:
+                done = sum(c1.values()) - sum(c0.values())
+            else:
+                done = c1.get(queue, 0) - c0.get(queue, 0)
+            rates.append(round(max(0, done) / (t1 - t0), 2))
+        return rates
+
+    async def close(self) -> None:
+        if self._queue is not None:
+            await self._queue.close()
+            self._queue = None
+
+
+def finished(s: QueueStats) -> int:
+    return s.completed + s.cancelled + s.discarded
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def queue_json(s: QueueStats, source: Source) -> dict[str, Any]:
+    series = source.series(s.queue, SERIES)
+    return {**s.as_dict(), "throughput": series[-1] if series else 0.0, "series": series}
+
+
+def totals(stats: Mapping[str, QueueStats]) -> dict[str, Any]:
+    fields = ("available", "scheduled", "running", "dead", "completed", "cancelled",
+              "discarded")
+    total: dict[str, Any] = {f: sum(getattr(s, f) for s in stats.values()) for f in fields}
+    ages = [s.oldest_available_age for s in stats.values() if s.oldest_available_age is not None]
+    total["queues"] = len(stats)
+    total["paused"] = sum(s.paused for s in stats.values())
+    total["oldest_available_age"] = max(ages) if ages else None
+    return total
+
+
+def preview(value: Any, limit: int = PREVIEW) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return DASH
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def when(value: datetime | None) -> str:
+    return DASH if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+# -- the app -----------------------------------------------------------------------------
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Dashboard:
+    """Routes, templates and guards over one ``Source``."""
+
+    def __init__(self, source: Source, auth: Auth, read_only: bool, refresh: float) -> None:
+        self.source = source
+        self.auth = auth
+        self.read_only = read_only
+        self.refresh = refresh
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        env = self.templates.env
+        env.autoescape = True  # every .html template; never relax it for job fields
+        env.filters.update(preview=preview, pretty=pretty, age=age, when=when,
+                           q=functools.partial(quote, safe=""))
+
+    # -- guards --------------------------------------------------------------------------
+
+    def guarded(self, handler: Handler, *, write: bool = False, api: bool = False) -> Handler:
+        @functools.wraps(handler)
+        async def guard(request: Request) -> Response:
+            if not self.auth.may_read(request):
+                if api or request.method != "GET":
+                    return self.error(request, 401, "Unauthorized",
+                                      "this dashboard needs its token", api=True,
+                                      headers={"www-authenticate": 'Bearer realm="leaseq"'})
+                return self.login_page(request, status=401)
+            if write:
+                refused = await self.refuse_write(request)
+                if refused is not None:
+                    return refused
+            try:
+                response = await handler(request)
+            except LeaseqError as exc:
+                response = self.leaseq_error(request, exc, api=api)
+            response.headers.update(SECURITY_HEADERS)
+            return response
+
+        return guard
+
+    async def refuse_write(self, request: Request) -> Response | None:
+        api = request.url.path.startswith(self.base(request) + "/api/")
+        if self.read_only:
+            return self.error(request, 403, "ReadOnly", "this dashboard is read-only", api=api)
+        if not same_origin(request):
+            return self.error(request, 403, "Forbidden", "cross-site request refused", api=api)
+        if self.auth.bearer(request):
+            return None
+        given = request.headers.get(CSRF_HEADER)
+        if given is None and is_form(request):
+            given = str((await request.form()).get(CSRF_FIELD, ""))
+        if not self.auth.csrf_matches(given):
+            return self.error(request, 403, "Forbidden",
+                              "missing or wrong CSRF token (or bearer token)", api=api)
+        return None
+
+    def leaseq_error(self, request: Request, exc: LeaseqError, *, api: bool) -> Response:
+        status = 500
+        if isinstance(exc, JobNotFound):
+            status = 404
+        elif isinstance(exc, JobStateError):
+            status = 409
+        elif isinstance(exc, ValidationError):
+            status = 400
+        elif isinstance(exc, BackendError):  # unreachable, or SchemaMissing
+            status = 503
+        # Error texts come from leaseq, which never puts the URL's password in them.
+        return self.error(request, status, type(exc).__name__, str(exc), api=api)
+
+    def error(self, request: Request, status: int, kind: str, message: str, *, api: bool,
+              headers: Mapping[str, str] | None = None) -> Response:
+        if browser_form(request):
+            api = False  # a page's form posted to the API: answer with a page
+        if api or wants_json(request):
+            response: Response = JSONResponse(
+                {"error": {"type": kind, "message": message}}, status, headers=headers
+            )
+        else:
+            response = self.page(request, "error.html", status=status, kind=kind,
+                                 message=message)
+            response.headers.update(headers or {})
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    # -- rendering -----------------------------------------------------------------------
+
+    @staticmethod
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def page(self, request: Request, template: str, status: int = 200, **context: Any
+             ) -> HTMLResponse:
+        context.update(
+            base=self.base(request), csrf=self.auth.csrf, read_only=self.read_only,
+            refresh_ms=int(self.refresh * 1000), database=redact_url(self.source.url),
+            token_required=self.auth.required, states=STATES,
+        )
+        response = self.templates.TemplateResponse(request, template, context,
+                                                   status_code=status)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    def login_page(self, request: Request, status: int = 200, wrong: bool = False
+                   ) -> HTMLResponse:
+        target = str(request.url.path) + (f"?{request.url.query}" if request.url.query else "")
+        if request.method != "GET":
+            target = self.base(request) + "/"
+        return self.page(request, "login.html", status=status, next=target, wrong=wrong)
+
+    # -- pages ---------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        stats = await self.source.stats()
+        return self.page(request, "overview.html", queues=list(stats.values()),
+                         totals=totals(stats))
+
+    async def queue_page(self, request: Request) -> Response:
+        aq = await self.source.queue()
+        name = request.path_params["name"]
+        config = await aq.queue_config(name)  # validates the name first
+        stats = (await self.source.stats()).get(name, QueueStats(name))
+        filters = list_filters(request, queue=name)
+        jobs = await aq.jobs(**filters)
+        return self.page(request, "queue.html", stats=stats, config=config, jobs=jobs,
+                         filters=filters, next_page=next_page(request, jobs, filters["limit"]))
+
+    async def job_page(self, request: Request) -> Response:
+        aq = await self.source.queue()
+        job = await aq.get(job_id(request))
+        return self.page(request, "job.html", job=job, job_json=jobs_json([job])[0])
+
+    async def go_to_job(self, request: Request) -> Response:
+        """The find-by-id form without JavaScript."""
+        jid = job_id_of(request.query_params.get("id", ""))
+        return RedirectResponse(f"{self.base(request)}/jobs/{jid}", 303)
+
+    async def dead_page(self, request: Request) -> Response:
+        aq = await self.source.queue()
+        filters = list_filters(request, queue=request.query_params.get("queue") or None,
+                               state="dead")
+        jobs = await aq.jobs(**filters)
+        stats = await self.source.stats()
+        dead = {q: s.dead for q, s in stats.items() if s.dead}
+        return self.page(request, "dead.html", jobs=jobs, filters=filters, dead=dead,
+                         next_page=next_page(request, jobs, filters["limit"]),
+                         done=request.query_params.get("done"),
+                         failed=request.query_params.get("failed"))
+
+    async def dead_bulk(self, request: Request) -> Response:
+        action = request.path_params["action"]
+        if action not in BULK_ACTIONS:
+            return self.error(request, 404, "NotFound", f"no bulk action {action[:40]!r}",
+                              api=False)
+        form = await request.form()
+        ids = [job_id_of(value) for value in form.getlist("ids")]
+        aq = await self.source.queue()
+        done = failed = 0
+        for jid in ids:
+            try:
+                if action == "retry":
+                    await aq.retry(jid)
+                else:
+                    await aq.discard(jid, reason="discarded from the dashboard")
+                done += 1
+            except (JobNotFound, JobStateError):
+                failed += 1  # someone else acted first; say so, do the rest
+        self.source.forget()
+        if wants_json(request):
+            return JSONResponse({"done": done, "failed": failed})
+        back = safe_next(str(form.get("next") or ""), self.base(request))
+        sep = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{sep}{urlencode({'done': done, 'failed': failed})}",
+                                303)
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            if self.auth.may_read(request):
+                return RedirectResponse(self.base(request) + "/", 303)
+            return self.login_page(request)
+        form = await request.form()
+        target = safe_next(str(form.get("next") or ""), self.base(request))
+        if not self.auth.token_matches(str(form.get("token", ""))):
+            return self.page(request, "login.html", status=401, next=target, wrong=True)
+        response = RedirectResponse(target, 303)
+        response.set_cookie(COOKIE, self.auth.session, httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https",
+                            path=self.base(request) + "/")
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        if not same_origin(request):
+            return self.error(request, 403, "Forbidden", "cross-site request refused",
+                              api=False)
+        response = RedirectResponse(self.base(request) + "/login", 303)
+        response.delete_cookie(COOKIE, path=self.base(request) + "/")
+        return response
+
+    # -- API -----------------------------------------------------------------------------
+
+    async def api_queues(self, request: Request) -> Response:
+        stats = await self.source.stats()
+        return JSONResponse({
+            "queues": [queue_json(s, self.source) for s in stats.values()],
+            "totals": totals(stats),
+            "series": self.source.series(None),
+            "read_only": self.read_only,
+        })
+
+    async def api_queue(self, request: Request) -> Response:
+        aq = await self.source.queue()
+        name = request.path_params["name"]
+        config = await aq.queue_config(name)
+        stats = (await self.source.stats()).get(name, QueueStats(name))
+        return JSONResponse({"queue": queue_json(stats, self.source),
+                             "config": config.as_dict()})
+
+    async def api_jobs(self, request: Request) -> Response:
+        queue = request.query_params.get("queue") or None
+        filters = list_filters(request, queue=queue,
+                               state=request.query_params.get("state") or None)
+        jobs = await (await self.source.queue()).jobs(**filters)
+        more = len(jobs) == filters["limit"]
+        return JSONResponse({"jobs": jobs_json(jobs),
+                             "next_after": jobs[-1].id if jobs and more else None})
+
+    async def api_job(self, request: Request) -> Response:
+        job = await (await self.source.queue()).get(job_id(request))
+        return JSONResponse({"job": jobs_json([job])[0]})
+
+    async def job_action(self, request: Request) -> Response:
+        aq = await self.source.queue()
+        jid, action = job_id(request), request.path_params["action"]
+        if action not in JOB_ACTIONS:
+            return self.error(request, 404, "NotFound", f"no job action {action[:40]!r}",
+                              api=True)
+        body: dict[str, Any] = {"id": jid, "action": action}
+        if action == "retry":
+            await aq.retry(jid)
+        elif action == "discard":
+            await aq.discard(jid, reason="discarded from the dashboard")
+        else:
+            body["state"] = state = await aq.cancel(jid)
+            if state in ("completed", "discarded"):
+                # The client treats this as a no-op; an operator who pressed Cancel must
+                # learn that the job had already finished.
+                raise JobStateError(f"cannot cancel job {jid}: it already finished ({state})")
+        self.source.forget()
+        return await self.acted(request, body)
+
+    async def queue_action(self, request: Request) -> Response:
+        aq = await self.source.queue()
+        name, action = request.path_params["name"], request.path_params["action"]
+        if action not in QUEUE_ACTIONS:
+            return self.error(request, 404, "NotFound", f"no queue action {action[:40]!r}",
+                              api=True)
+        body: dict[str, Any] = {"queue": name, "action": action}
+        if action == "pause":
+            await aq.pause(name)
+        elif action == "resume":
+            await aq.resume(name)
+        else:
+            limit = int_param(request, "limit", KICK_LIMIT, 1, KICK_LIMIT)
+            body["kicked"] = await aq.kick(name, limit=limit)
+        self.source.forget()
+        return await self.acted(request, body)
+
+    async def acted(self, request: Request, body: dict[str, Any]) -> Response:
+        """JSON for scripts and the page's fetch; a redirect back for a plain form."""
+        if is_form(request) and not wants_json(request):
+            form = await request.form()
+            return RedirectResponse(safe_next(form_text(form, "next"), self.base(request)),
+                                    303)
+        return JSONResponse({"ok": True, **body})
+
+    async def api_csrf(self, request: Request) -> Response:
+        return JSONResponse({"csrf": self.auth.csrf})
+
+    async def metrics(self, request: Request) -> Response:
+        from leaseq import metrics  # prometheus-client, only when scraped
+
+        stats = await self.source.stats()
+        return Response(metrics.render_queue_state(stats), media_type=metrics.CONTENT_TYPE)
+
+    # -- wiring --------------------------------------------------------------------------
+
+    def routes(self) -> list[Route | Mount]:
+        g = self.guarded
+        return [
+            Route("/", g(self.overview)),
+            Route("/queues/{name}", g(self.queue_page)),
+            Route("/jobs/go", g(self.go_to_job)),
+            Route("/jobs/{id}", g(self.job_page)),
+            Route("/dead", g(self.dead_page)),
+            Route("/dead/{action:str}", g(self.dead_bulk, write=True), methods=["POST"]),
+            Route("/login", self.login, methods=["GET", "POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/metrics", g(self.metrics, api=True)),
+            Route("/api/csrf", g(self.api_csrf, api=True)),
+            Route("/api/queues", g(self.api_queues, api=True)),
+            Route("/api/queues/{name}", g(self.api_queue, api=True)),
+            Route("/api/queues/{name}/{action:str}", g(self.queue_action, write=True, api=True),
+                  methods=["POST"]),
+            Route("/api/jobs", g(self.api_jobs, api=True)),
+            Route("/api/jobs/{id}", g(self.api_job, api=True)),
+            Route("/api/jobs/{id}/{action:str}", g(self.job_action, write=True, api=True),
+                  methods=["POST"]),
+            Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        ]
+
+
+JOB_ACTIONS = ("retry", "discard", "cancel")
+QUEUE_ACTIONS = ("pause", "resume", "kick")
+BULK_ACTIONS = ("retry", "discard")
+
+
+def is_form(request: Request) -> bool:
+    kind = request.headers.get("content-type", "")
+    return kind.startswith(("application/x-www-form-urlencoded", "multipart/form-data"))
+
+
+def browser_form(request: Request) -> bool:
+    return is_form(request) and "text/html" in request.headers.get("accept", "")
+
+
+def wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+def form_text(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgument(f"{name} must be an integer, got {text!r}") from None
+    if not low <= value <= high:
+        raise InvalidArgument(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def job_id_of(text: Any) -> int:
+    try:
+        return int(str(text))
+    except ValueError:
+        raise InvalidArgument(f"a job id is an integer, got {str(text)[:40]!r}") from None
+
+
+def job_id(request: Request) -> int:
+    return job_id_of(request.path_params["id"])
+
+
+def list_filters(request: Request, *, queue: str | None, state: str | None = None
+                 ) -> dict[str, Any]:
+    """``jobs()`` arguments from the query string; the client checks every value."""
+    params = request.query_params
+    if state is None:
+        state = params.get("state") or None
+    filters: dict[str, Any] = {
+        "queue": queue, "state": state,
+        "limit": int_param(request, "limit", PAGE, 1, 500),
+        "after": int_param(request, "after", 0, 0, 2**63 - 1),
+    }
+    for name in ("kind", "unique_key"):
+        if params.get(name):
+            filters[name] = params[name]
+    return filters
+
+
+def next_page(request: Request, jobs: list[JobInfo], limit: int) -> str | None:
+    if len(jobs) < limit:
+        return None
+    params = dict(request.query_params)
+    params["after"] = str(jobs[-1].id)
+    return f"{request.url.path}?{urlencode(params)}"
+
+
+def jobs_json(jobs: list[JobInfo]) -> list[dict[str, Any]]:
+    return [jsonable(job) for job in jobs]
+
+
+def create_app(
+    url: str,
+    token: str | None = None,
+    read_only: bool = False,
+    *,
+    table_prefix: str = "leaseq_",
+    settings: leaseq.Settings | None = None,
+    refresh: float = 2.0,
+) -> Starlette:
+    """The dashboard as an ASGI app for ``url``.
+
+    Args:
+        url: The database URL, as for ``leaseq.connect``. Its password is never shown.
+        token: When set, every request must carry it (``Authorization: Bearer <token>``,
+            or the cookie the login page sets). Without one, anyone who reaches the app
+            may read and act: mount it behind your own authentication, or bind to
+            loopback (the CLI refuses anything else).
+        read_only: Refuse every action with 403 and hide the buttons.
+        table_prefix: Prefix of leaseq's tables (ignored when ``settings`` is given).
+        settings: Client settings, for a non-default prefix or pool.
+        refresh: Seconds between the pages' live updates.
+    """
+    if refresh <= 0:
+        raise InvalidArgument(f"refresh must be positive, got {refresh!r}")
+    source = Source(url, settings or leaseq.Settings(table_prefix=table_prefix))
+    board = Dashboard(source, Auth(token), read_only, refresh)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Runs when served on its own; a mounted app gets no lifespan and its client is
+        # closed with the process.
+        yield
+        await source.close()
+
+    app = Starlette(routes=board.routes(), lifespan=lifespan)
+    app.state.leaseq = source
+    return app
