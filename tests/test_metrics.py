@@ -160,7 +160,9 @@ def test_render_queue_state_is_the_text_format_of_a_snapshot() -> None:
     assert [f.name for f in queue_state_metrics(stats)] == [
         "leaseq_jobs", "leaseq_history_jobs", "leaseq_queue_paused",
         "leaseq_queue_oldest_available_age_seconds"]
-    assert samples(render_queue_state({})) == {}  # no queues: the families, no samples
+    # No queues: the families without samples, and a good read.
+    assert samples(render_queue_state({})) == {("leaseq_scrape_error", ()): 0.0}
+    assert samples(render_queue_state(None)) == {("leaseq_scrape_error", ()): 1.0}
 
 
 class CountingSource:

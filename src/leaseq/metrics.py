@@ -116,10 +116,18 @@ def queue_state_metrics(stats: Mapping[str, QueueStats]) -> list[Metric]:
     return [jobs, history, paused, age]
 
 
-def render_queue_state(stats: Mapping[str, QueueStats]) -> bytes:
-    """``queue_state_metrics(stats)`` in the Prometheus text exposition format (serve it
-    with ``Content-Type: CONTENT_TYPE``)."""
-    return prometheus_client.generate_latest(_Fixed(queue_state_metrics(stats)))
+def render_queue_state(stats: Mapping[str, QueueStats] | None) -> bytes:
+    """``queue_state_metrics(stats)`` and ``leaseq_scrape_error`` in the Prometheus text
+    exposition format (serve it with ``Content-Type: CONTENT_TYPE``). Pass None when the
+    read failed: only ``leaseq_scrape_error 1`` is rendered, as ``QueueCollector`` does."""
+    families = [] if stats is None else queue_state_metrics(stats)
+    return prometheus_client.generate_latest(_Fixed([*families, _scrape_error(stats is None)]))
+
+
+def _scrape_error(failed: bool) -> Metric:
+    return GaugeMetricFamily("leaseq_scrape_error",
+                             "1 when the last read of the queue stats failed, else 0.",
+                             value=1.0 if failed else 0.0)
 
 
 class _Fixed(Collector):
@@ -175,11 +183,8 @@ class QueueCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         """The queue families and ``leaseq_scrape_error``."""
         stats = self.snapshot()
-        error = GaugeMetricFamily("leaseq_scrape_error",
-                                  "1 when the last read of the queue stats failed, else 0.",
-                                  value=1.0 if stats is None else 0.0)
         families = [] if stats is None else queue_state_metrics(stats)
-        return [*families, error]
+        return [*families, _scrape_error(stats is None)]
 
     def describe(self) -> Iterable[Metric]:
         """The family names, without reading the database (for registration)."""

@@ -3,11 +3,14 @@ shows, each action and its effect in the database, and the error statuses."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
 import leaseq
-from tests.dashboard.conftest import csrf_of, make_completed, make_dead
+from leaseq.dashboard import create_app
+from tests.dashboard.conftest import Serve, csrf_of, make_completed, make_dead
 
 
 def test_queues_api_matches_stats(q: leaseq.Queue, http: httpx.Client) -> None:
@@ -212,3 +215,19 @@ def test_security_headers(http: httpx.Client, path: str) -> None:
     assert "script-src 'self'" in headers["content-security-policy"]
     assert headers["x-frame-options"] == "DENY"
     assert headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_metrics_report_a_failed_read_as_scrape_error(serve: Serve, tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # A database without leaseq's tables: every read fails with SchemaMissing.
+    base = serve(app=create_app(f"sqlite:///{tmp_path}/unmigrated.db"))
+    with httpx.Client(base_url=base) as client:
+        response = client.get("/metrics")
+        assert response.status_code == 200
+        families = {f.name: f for f in text_string_to_metric_families(response.text)}
+        assert families["leaseq_scrape_error"].samples[0].value == 1
+        assert "leaseq_jobs" not in families
+        assert client.get("/api/queues").status_code == 503
+        assert client.get("/").status_code == 503

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -44,6 +45,7 @@ from leaseq.errors import (
     ValidationError,
 )
 
+log = logging.getLogger("leaseq.dashboard")
 HERE = Path(__file__).parent
 STATES = (*LIVE_STATES, *TERMINAL_STATES)
 PAGE = 50
@@ -490,7 +492,14 @@ class Dashboard:
     async def metrics(self, request: Request) -> Response:
         from leaseq import metrics  # prometheus-client, only when scraped
 
-        stats = await self.source.stats()
+        stats: dict[str, QueueStats] | None
+        try:
+            stats = await self.source.stats()
+        except BackendError as exc:
+            # Prometheus keeps scraping a 200 and alerts on leaseq_scrape_error; a 503
+            # would only show as the target being down.
+            log.warning("leaseq dashboard: reading queue stats for /metrics failed: %s", exc)
+            stats = None
         return Response(metrics.render_queue_state(stats), media_type=metrics.CONTENT_TYPE)
 
     # -- wiring --------------------------------------------------------------------------
