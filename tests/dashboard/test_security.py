@@ -4,6 +4,7 @@ of every job field, and the database password never shown."""
 from __future__ import annotations
 
 import html
+import socket
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from starlette.routing import Mount
 import leaseq
 from leaseq.dashboard import create_app, redact_url
 from tests.dashboard.conftest import HOSTILE, Serve, csrf_of, make_dead
+from tests.helpers import wait_for
 
 TOKEN = "t0ken-for-tests-ABC"
 
@@ -185,3 +187,39 @@ def test_cli_refuses_a_public_bind_without_token(url: str) -> None:
     )
     assert result.returncode == 2
     assert "token is needed" in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_cli_serves_under_a_base_path_with_a_token(q: leaseq.Queue, prefix: str) -> None:
+    with socket.socket() as probe:  # a free port for the child to bind
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = "postgresql://postgres:Cli-Secret-PW@127.0.0.1:5432/test"
+    job = q.enqueue("cli", {}).id
+    child = subprocess.Popen(
+        [sys.executable, "-m", "leaseq.cli", "dashboard", "--url", url, "--table-prefix",
+         prefix, "--port", str(port), "--base-path", "/ops/leaseq/", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin", "LEASEQ_DASHBOARD_TOKEN": TOKEN},
+    )
+    try:
+        base = f"http://127.0.0.1:{port}/ops/leaseq"
+        auth = {"authorization": f"Bearer {TOKEN}"}
+
+        def answers() -> httpx.Response | None:
+            try:
+                return httpx.get(f"{base}/api/jobs/{job}", headers=auth)
+            except httpx.TransportError:
+                return None
+
+        assert wait_for(answers, timeout=30, message="the dashboard to answer").json()[
+            "job"]["id"] == job
+        assert httpx.get(f"{base}/api/jobs/{job}").status_code == 401
+        page = httpx.get(f"{base}/", headers=auth).text
+        assert 'href="/ops/leaseq/static/dashboard.css"' in page
+    finally:
+        child.terminate()
+        out, err = child.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}/ops/leaseq/" in out
+    assert "postgres:***@127.0.0.1" in out
+    assert "Cli-Secret-PW" not in out + err
