@@ -40,6 +40,9 @@ def test_operator_round_trip(run) -> None:  # type: ignore[no-untyped-def]
 
     listed = json.loads(run("jobs", "--queue", "emails", "--json").stdout)
     assert listed[0]["id"] == job
+    keyed = json.loads(run("jobs", "--unique-key", "k", "--json").stdout)
+    assert [j["unique_key"] for j in keyed] == ["k"]
+    assert json.loads(run("jobs", "--kind", "nothing-of-this-kind", "--json").stdout) == []
     assert json.loads(run("get", str(job), "--json").stdout)["payload"] == {"to": "ada"}
     assert "payload" in run("get", str(job)).stdout
 

@@ -217,13 +217,16 @@ def info_dict(j: leaseq.JobInfo) -> dict[str, Any]:
 @click.option("--state", type=click.Choice(STATES))
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--after", type=click.IntRange(0), default=0, help="Show jobs with id > AFTER.")
+@click.option("--kind", help="Only jobs of this task name.")
+@click.option("--unique-key", help="Only jobs with this unique key.")
 @database
 @as_json
-def jobs(queue: str | None, state: str | None, limit: int, after: int, url: str,
-         table_prefix: str, json_out: bool) -> None:
-    """List jobs in id order; page with --after <last id>."""
+def jobs(queue: str | None, state: str | None, limit: int, after: int, kind: str | None,
+         unique_key: str | None, url: str, table_prefix: str, json_out: bool) -> None:
+    """List jobs, live and finished, in id order; page with --after <last id>."""
     with connect(url, table_prefix) as q:
-        found = q.jobs(queue, state=state, limit=limit, after=after)  # type: ignore[arg-type]
+        found = q.jobs(queue, state=state, limit=limit, after=after,  # type: ignore[arg-type]
+                       kind=kind, unique_key=unique_key)
     if json_out:
         emit([info_dict(j) for j in found])
         return
