@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from leaseq import _listen, _wakeup
+from leaseq import tracing as _tracing
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import (
@@ -30,7 +31,7 @@ from leaseq._core.job import (
 from leaseq._core.settings import Settings
 from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
-from leaseq.backends.base import AsyncBackend, Backend
+from leaseq.backends.base import AsyncBackend, Backend, NewJob
 from leaseq.errors import JobCancelled, LeaseLost, TouchLimitExceeded
 
 
@@ -72,6 +73,7 @@ class Queue(Shared):
         max_attempts: int | None = None,
         lease: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        headers: Mapping[str, str] | None = None,
         conn: Any = None,
     ) -> EnqueueResult:
         """Add a job.
@@ -93,6 +95,10 @@ class Queue(Shared):
             unique_for: With ``unique_key``: for this many seconds after a job with the
                 same key finished (completed, cancelled or discarded), return that job's
                 id with ``created=False`` instead of enqueueing again.
+            headers: A small map of strings stored with the job and handed back with it
+                (``Job.headers``, ``JobInfo.headers``): at most 64 entries, names of 1-100
+                characters, 8 KiB encoded. With ``leaseq.tracing`` on, the trace context
+                is added to it.
             conn: Your own DB-API connection (psycopg, PyMySQL or sqlite3): the job is
                 written in your transaction and exists only if you commit.
 
@@ -105,7 +111,9 @@ class Queue(Shared):
         self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
-                            lease=lease, unique_for=unique_for)
+                            lease=lease, unique_for=unique_for, headers=headers)
+        if _tracing.on:
+            return self._enqueue_traced([job], conn)[0]
         result = self._backend.enqueue([job], conn, self._capped_in([job]))[0]
         _wakeup.notify(self._wake_key, [job.queue])
         return result
@@ -120,7 +128,17 @@ class Queue(Shared):
         jobs = self._new_jobs(items)
         if not jobs:
             return []
+        if _tracing.on:
+            return self._enqueue_traced(jobs, conn)
         results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return results
+
+    def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
+        """``enqueue_many`` inside a producer span whose context the jobs carry."""
+        with _tracing.producing(jobs) as span:
+            results = self._backend.enqueue(span.jobs, conn, self._capped_in(span.jobs))
+            span.enqueued(results)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 
@@ -451,13 +469,16 @@ class AsyncQueue(Shared):
         max_attempts: int | None = None,
         lease: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        headers: Mapping[str, str] | None = None,
         conn: Any = None,
     ) -> EnqueueResult:
         """See ``Queue.enqueue``."""
         await self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
-                            lease=lease, unique_for=unique_for)
+                            lease=lease, unique_for=unique_for, headers=headers)
+        if _tracing.on:
+            return (await self._enqueue_traced([job], conn))[0]
         result = (await self._backend.enqueue([job], conn, self._capped_in([job])))[0]
         _wakeup.notify(self._wake_key, [job.queue])
         return result
@@ -470,7 +491,17 @@ class AsyncQueue(Shared):
         jobs = self._new_jobs(items)
         if not jobs:
             return []
+        if _tracing.on:
+            return await self._enqueue_traced(jobs, conn)
         results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return results
+
+    async def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
+        """See ``Queue._enqueue_traced``."""
+        with _tracing.producing(jobs) as span:
+            results = await self._backend.enqueue(span.jobs, conn, self._capped_in(span.jobs))
+            span.enqueued(results)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 

@@ -52,7 +52,7 @@ message, so it is seen within ~20 ms plus a claim, as is an enqueue on MySQL/Mar
 
 _ENQUEUE_KEYS = frozenset({
     "queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts",
-    "lease", "unique_for",
+    "lease", "unique_for", "headers",
 })
 PEEK_STATES: tuple[PeekState, ...] = ("available", "scheduled", "dead")
 
@@ -181,6 +181,7 @@ class Shared:
         max_attempts: int | None = None,
         lease: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> NewJob:
         if isinstance(delay, timedelta):
             delay = delay.total_seconds()
@@ -208,6 +209,7 @@ class Shared:
             ),
             lease=None if lease is None else _duration("lease", lease, True),
             unique_for=None if unique_for is None else _duration("unique_for", unique_for, True),
+            headers=None if headers is None else v.headers(headers),
         )
 
     def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:

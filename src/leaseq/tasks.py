@@ -58,6 +58,7 @@ class TaskOptions:
     unique_key: UniqueKey = None
     delay: float | timedelta = 0
     run_at: datetime | None = None
+    headers: Mapping[str, str] | None = None
 
 
 class Task(Generic[P, R]):
@@ -146,13 +147,15 @@ class Task(Generic[P, R]):
         run_at: datetime | None = None,
         unique_key: UniqueKey = None,
         max_attempts: int | None = None,
+        headers: Mapping[str, str] | None = None,
         conn: Any = None,
     ) -> BoundTask[P, R]:
         """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
-        enqueues inside your own database transaction."""
+        enqueues inside your own database transaction; ``headers`` travel with the job
+        (``Queue.enqueue``)."""
         changes: dict[str, Any] = {k: val for k, val in {
             "queue": queue, "priority": priority, "delay": delay, "run_at": run_at,
-            "unique_key": unique_key, "max_attempts": max_attempts,
+            "unique_key": unique_key, "max_attempts": max_attempts, "headers": headers,
         }.items() if val is not None}
         return BoundTask(self, replace(self.defaults, **changes), conn)
 
@@ -208,6 +211,7 @@ class BoundTask(Generic[P, R]):
             # A task's own lease travels with each job, so any worker or plain dequeue
             # leases it for as long as the task asked (within the queue's max_lease).
             "lease": self.opts.lease,
+            "headers": self.opts.headers,
         }
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:

@@ -50,6 +50,8 @@ class Job:
         created_at: When the job was enqueued.
         lease: The lease length in seconds this job was dequeued with; ``heartbeat``
             extends by this much unless told otherwise.
+        headers: The string map enqueued with the job (``enqueue(headers=...)``; with
+            ``leaseq.tracing`` on, the trace context too), or None.
     """
 
     id: int
@@ -65,6 +67,7 @@ class Job:
     worker_id: str
     created_at: datetime
     lease: float = field(default=30.0, compare=False)
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class JobInfo:
     ``kick`` or ``retry``). ``failed_at`` is the time of its last failed attempt (a
     ``nack`` or a lease that ran out), ``updated_at`` the time of its last state change.
     ``lease`` is the job's own lease length in seconds, when it was enqueued with one.
+    ``headers`` is the string map enqueued with the job (see ``Job.headers``), or None.
     """
 
     id: int
@@ -109,6 +113,7 @@ class JobInfo:
     failed_at: datetime | None = None
     updated_at: datetime | None = None
     lease: float | None = None
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

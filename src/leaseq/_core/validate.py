@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -20,6 +20,9 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 MAX_UNIQUE_KEY = 255
 MAX_KIND = 200
 MAX_WORKER_ID = 200
+MAX_HEADERS = 64
+MAX_HEADER_KEY = 100
+MAX_HEADERS_BYTES = 8192
 INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -105,6 +108,39 @@ def decode(text: str | bytes | None) -> Any:
         if end == len(text):
             return value
     return json.loads(text)
+
+
+def headers(value: object) -> str | None:
+    """A job's headers as the JSON text stored: a mapping of string keys (1-100
+    characters) to string values, at most ``MAX_HEADERS`` entries and ``MAX_HEADERS_BYTES``
+    encoded. None and an empty mapping are None: no headers."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(
+            f"headers must be a mapping of str to str, got {type(value).__name__}"
+        )
+    if not value:
+        return None
+    if len(value) > MAX_HEADERS:
+        raise InvalidArgument(f"headers hold {len(value)} entries, over the cap of {MAX_HEADERS}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_HEADER_KEY:
+            raise InvalidArgument(
+                f"header names must be strings of 1-{MAX_HEADER_KEY} characters, got {key!r:.80}"
+            )
+        if not isinstance(item, str):
+            raise InvalidArgument(f"header {key!r} must have a string value, got {item!r:.80}")
+    text = _ENCODER.encode(dict(value))
+    try:
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate: no database stores it
+        raise InvalidArgument(f"headers are not valid Unicode ({exc})") from exc
+    if size > MAX_HEADERS_BYTES:
+        raise InvalidArgument(
+            f"headers are {size} bytes encoded, over the cap of {MAX_HEADERS_BYTES} bytes"
+        )
+    return text
 
 
 def integer(name: str, value: object, low: int, high: int = INT32[1]) -> int:

@@ -31,7 +31,9 @@ FailItem = tuple[int, int, str | None, float]
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """One validated enqueue request. ``payload`` is already JSON text.
+    """One validated enqueue request. ``payload`` is already JSON text, and so are
+    ``headers`` (a JSON object of strings, or None for none), stored and returned as they
+    are.
 
     ``lease`` is the job's own lease (stored; see ``Backend.claim``). ``unique_for`` (only
     with ``unique_key``): when no live twin exists but a job of the same ``(queue,
@@ -49,6 +51,7 @@ class NewJob:
     max_attempts: int = 5
     lease: float | None = None
     unique_for: float | None = None
+    headers: str | None = None
 
 
 class Backend(Protocol):
@@ -65,7 +68,10 @@ class Backend(Protocol):
     ) -> list[EnqueueResult]:
         """nothing → available or scheduled; a live ``(queue, unique_key)`` twin (or,
         with ``unique_for``, a recently finished one) returns its id with
-        ``created=False``. One transaction (the caller's, with ``conn``).
+        ``created=False``. One transaction (the caller's, with ``conn``). A job's
+        ``headers`` stay with it for good: ``claim`` returns them decoded
+        (``Job.headers``), as do ``get``, ``list_jobs`` and ``peek`` (``JobInfo.headers``),
+        through retries and in history.
 
         ``capped`` names the queues the client believes have ``max_jobs`` set: for each,
         the backend serialises enqueuers of that queue (locks its settings row), reads the

@@ -71,6 +71,7 @@ class _Row:
     kicks: int = 0
     failed_at: float | None = None
     updated_at: float | None = None
+    headers: str | None = None  # JSON text, as stored by the other backends
 
 
 def _dt(t: float | None) -> datetime | None:
@@ -120,7 +121,8 @@ class MemoryBackend:
                     continue
                 at = job.run_at.timestamp() if job.run_at else now + job.delay
                 row = _Row(self.next_id, job.queue, job.kind, job.payload, job.priority,
-                           job.max_attempts, job.unique_key, at, now, lease=job.lease)
+                           job.max_attempts, job.unique_key, at, now, lease=job.lease,
+                           headers=job.headers)
                 self.next_id += 1
                 self.live[row.id] = row
                 created.append(row)
@@ -191,6 +193,7 @@ class MemoryBackend:
                     unique_key=r.unique_key, lease_token=r.lease_token,
                     lease_until=_dt(r.lease_until), worker_id=worker_id,  # type: ignore[arg-type]
                     created_at=_dt(r.created_at), lease=seconds,  # type: ignore[arg-type]
+                    headers=decode(r.headers),
                 ))
             return jobs
 
@@ -423,7 +426,7 @@ class MemoryBackend:
             cancel_requested=r.cancel_requested, reserves=r.reserves, timeouts=r.timeouts,
             releases=r.releases, buries=r.buries, kicks=r.kicks, failed_at=_dt(r.failed_at),
             updated_at=_dt(r.updated_at if r.updated_at is not None else r.created_at),
-            lease=r.lease,
+            lease=r.lease, headers=decode(r.headers),
         )
 
     def stats(self) -> dict[str, QueueStats]:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _hooks, _listen
+from leaseq import _hooks, _listen, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import outcome as decide
@@ -350,6 +350,9 @@ class Worker:
             self._freed.set()
 
     async def _run(self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None) -> None:
+        if tracing.on:
+            await self._run_traced(aq, ctx, task)
+            return
         handed_off = False
         try:
             try:
@@ -360,6 +363,27 @@ class Worker:
         finally:
             if not handed_off:
                 self._done(ctx.job.id)
+
+    async def _run_traced(
+        self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None
+    ) -> None:
+        """``_run`` inside the job's consumer span (``leaseq.tracing``), which ends once
+        the outcome is written or handed to the completer."""
+        with tracing.running(ctx.job, task.name if task else None) as span:
+            handed_off = False
+            try:
+                try:
+                    result = await self._outcome(ctx, task)
+                finally:
+                    self._slot_freed()
+                handed_off = await self._record(aq, ctx, result, task)
+            finally:
+                if not handed_off:
+                    self._done(ctx.job.id)
+            error = result.error if result.action in ("nack", "bury", "discard") else None
+            if result.action == "ack" and not handed_off and not ctx.lease_lost:
+                error = "the result could not be stored"
+            span.finished(_traced_outcome(ctx, result, handed_off), result.exc, error)
 
     def _held_queues(self) -> list[str]:
         """The queue of every job held now (metrics read it from the scrape's thread; a
@@ -653,6 +677,24 @@ def _outcome_label(written: Outcome, state: JobState | None, cancelled: bool) ->
     if written.action == "nack" and state not in ("dead", "discarded"):
         return "retried"
     return "dead"
+
+
+def _traced_outcome(ctx: JobContext, written: Outcome, handed_off: bool) -> str:
+    """The run span's ``leaseq.job.outcome``, in the metrics' words, as the worker decided
+    it: a failure leaves the job dead when it used its last attempt (what the backend
+    does), else it is retried. A result that could not be stored (an ack not handed off)
+    failed the attempt."""
+    if ctx.lease_lost:
+        return "lease_lost"
+    if ctx.cancelled:
+        return "cancelled"
+    if written.action == "ack" and handed_off:
+        return "completed"
+    if written.action == "release":
+        return "released"
+    if written.action in ("bury", "discard"):
+        return "dead"
+    return "dead" if ctx.job.attempts >= ctx.job.max_attempts else "retried"
 
 
 def _run_sync(ctx: JobContext, task: Task[Any, Any], payload: dict[str, Any]) -> Any:

@@ -138,6 +138,7 @@ class Dialect:
             "delay": self.span(job.delay),
             "run_at": self.ts(job.run_at),
             "lease": job.lease,  # seconds, as stored (not a span: no arithmetic on it)
+            "headers": job.headers,  # JSON text or None, stored as it is
         }
 
 
@@ -264,9 +265,10 @@ class SqlOps:
         return [r for r in results if r is not None]
 
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
-        # The lease column is written only when some job has a lease of its own: one more
-        # bound parameter per row cost SQLite's executemany about 6 %.
-        name = "insert_leased_job" if any(job.lease is not None for job in jobs) else "insert_job"
+        # The lease and headers columns are written only when some job has either: one
+        # more bound parameter per row cost SQLite's executemany about 6 %.
+        full = any(job.lease is not None or job.headers is not None for job in jobs)
+        name = "insert_full_job" if full else "insert_job"
         if len(jobs) == 1:
             r = yield Stmt(name, self.d.row(jobs[0]))
             return [self.new_id(r)]
@@ -340,7 +342,7 @@ class SqlOps:
         self, rows: list[tuple[Any, ...]], seconds: float, now: Any, worker_id: str
     ) -> Plan[list[tuple[Any, ...]]]:
         """``claim_ids`` of candidate ``rows`` that get the same lease; the rows as leased,
-        with the lease applied last."""
+        with the lease applied and the headers last."""
         until = self.d.later(now, seconds)
         params = {"ids": self.d.ids([c[0] for c in rows]), "worker_id": worker_id,
                   "until": until, "now": now}
@@ -348,13 +350,13 @@ class SqlOps:
         if r.rowcount == len(rows):
             # What claim_ids just wrote, from values read under the same lock.
             return [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12],
-                     seconds) for c in rows]
+                     seconds, c[17]) for c in rows]
         # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
         # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this claim
         # really leased, as stored.
         r = yield Stmt("jobs_by_ids", params)
         tokens = {c[0]: c[8] + 1 for c in rows}
-        return [(*j[:13], seconds) for j in r.rows if tokens.get(j[0]) == j[8]]
+        return [(*j[:13], seconds, j[13]) for j in r.rows if tokens.get(j[0]) == j[8]]
 
     def claim_branches(self, queues: Sequence[str]) -> Plan[list[dict[str, Any]]]:
         """The parameters of each queue's branch of ``claim_candidates``; no branch, no
@@ -364,7 +366,7 @@ class SqlOps:
 
     def jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
         """Leased jobs in claim order from rows of ``JOB_COLUMNS`` followed by the lease
-        applied, in seconds."""
+        applied, in seconds, and the headers."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
         dt = self.d.dt
         return [
@@ -372,7 +374,7 @@ class SqlOps:
                 id=int(r[0]), queue=r[1], kind=r[2], payload=decode(r[3]), priority=r[4],
                 attempts=r[5], max_attempts=r[6], unique_key=r[7], lease_token=int(r[8]),
                 lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
-                lease=float(r[13]),
+                lease=float(r[13]), headers=decode(r[14]),
             )
             for r in rows
         ]
@@ -650,8 +652,9 @@ class SqlOps:
         return self.info(r.rows[0])
 
     def info(self, r: tuple[Any, ...]) -> JobInfo:
-        """A ``JobInfo`` from a row of ``get_live``'s 27 columns: ``id`` .. ``now``, then
-        reserves, timeouts, releases, buries, kicks, failed_at, updated_at, lease."""
+        """A ``JobInfo`` from a row of ``get_live``'s 28 columns: ``id`` .. ``now``, then
+        reserves, timeouts, releases, buries, kicks, failed_at, updated_at, lease,
+        headers."""
         dt = self.d.dt
         state, available_at, now = r[3], dt(r[9]), dt(r[18])
         if state == "available" and available_at and now and available_at > now:
@@ -665,6 +668,7 @@ class SqlOps:
             cancel_requested=bool(r[17]), reserves=int(r[19]), timeouts=int(r[20]),
             releases=int(r[21]), buries=int(r[22]), kicks=int(r[23]), failed_at=dt(r[24]),
             updated_at=dt(r[25]), lease=None if r[26] is None else float(r[26]),
+            headers=decode(r[27]),
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:

@@ -5,29 +5,29 @@
 -- renew first, and stores the lease it computed from that read's clock.
 
 -- name: insert_job
--- For jobs without a lease of their own; insert_leased_job stores one.
+-- For jobs without a lease or headers of their own; insert_full_job stores those.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           lease_token, available_at, created_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
         UTC_TIMESTAMP(6));
 
--- name: insert_leased_job
+-- name: insert_full_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          lease_token, available_at, created_at, lease)
+                          lease_token, available_at, created_at, lease, headers)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
-        UTC_TIMESTAMP(6), :lease);
+        UTC_TIMESTAMP(6), :lease, :headers);
 
 -- name: batch_ids
 SELECT id FROM {prefix}jobs WHERE id >= :first AND lease_token = :tag ORDER BY id;
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          lease_token, available_at, created_at, lease)
+                          lease_token, available_at, created_at, lease, headers)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
-        UTC_TIMESTAMP(6), :lease);
+        UTC_TIMESTAMP(6), :lease, :headers);
 
 -- name: find_unique
 -- A locking read sees the newest committed twin even in the caller's REPEATABLE READ.
@@ -59,14 +59,15 @@ LIMIT 1;
 -- decodes each DATETIME value in Python, which took a third of this read's time.
 -- Last come what ops.lease_for needs: the job's own lease and its queue's default_lease
 -- and max_lease, by subqueries, which a locking read does not lock (a join would lock the
--- settings row) and which do not depend on the row, so they run once per branch.
+-- settings row) and which do not depend on the row, so they run once per branch. Then
+-- the job's headers.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), lease_token, NULL, NULL,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at),
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
-       (SELECT max_lease FROM {prefix}queues WHERE name = :queue)
+       (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
   AND (sort_priority > :from_priority
@@ -94,7 +95,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), lease_token,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', lease_until), worker_id,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
-       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at)
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers
 FROM {prefix}jobs
 WHERE id IN :ids AND state = 'running' AND worker_id = :worker_id AND lease_until = :until;
 
@@ -117,12 +118,13 @@ FOR UPDATE;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
        created_at, started_at, UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       UTC_TIMESTAMP(6)
+       UTC_TIMESTAMP(6), headers
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -200,7 +202,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
        started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease;
+       COALESCE(updated_at, created_at), lease, headers;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -208,11 +210,11 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
        UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease;
+       COALESCE(updated_at, finished_at), lease, headers;
 
 -- name: get_live
 -- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change) and the job's own lease.
+-- creation until the first state change), the job's own lease and its headers.
 SELECT {_live_row}
 FROM {prefix}jobs WHERE id = :id;
 
@@ -278,10 +280,11 @@ FOR UPDATE SKIP LOCKED;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6)
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers
 FROM {prefix}jobs FORCE INDEX (PRIMARY) WHERE id IN :ids AND state = 'dead';
 
 -- name: delete_dead
@@ -354,10 +357,11 @@ ORDER BY id LIMIT :limit;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6)
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers
 FROM {prefix}jobs FORCE INDEX (PRIMARY)
 WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running'
 FOR UPDATE;
@@ -367,10 +371,11 @@ FOR UPDATE;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6)
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running'
 FOR UPDATE;
@@ -452,7 +457,7 @@ LIMIT 1
 LOCK IN SHARE MODE;
 
 -- name: peek_available
--- Due jobs in claim order, along the claim index; the 27 columns of get_live. The peeks
+-- Due jobs in claim order, along the claim index; the 28 columns of get_live. The peeks
 -- force the claim index, which leads with (queue, state): left to itself the optimizer
 -- took the unique index (every state of the queue) or the lease index (every queue's dead
 -- jobs).

@@ -69,7 +69,8 @@ class PostgresOps(SqlOps):
 
     def single(self, operation: str, jobs: Sequence[NewJob] = ()) -> bool:
         if operation == "enqueue":
-            return all(job.unique_key is None for job in jobs)
+            # A batch that goes row by row (escaped_nul) needs a transaction around it.
+            return all(job.unique_key is None for job in jobs) and not escaped_nul(jobs)
         return operation in self.SINGLE
 
     def complete(
@@ -110,14 +111,31 @@ class PostgresOps(SqlOps):
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
         if len(jobs) == 1:
             return (yield from super().insert_plain(jobs))
+        if escaped_nul(jobs):
+            ids = []
+            for job in jobs:
+                ids += yield from super().insert_plain([job])
+            return ids
         r = yield Stmt("insert_jobs", {"rows": json_rows(jobs), "channel": f"{self.d.prefix}jobs"})
         # Identity values are drawn in ORDER BY order, so ascending ids are input order.
         return sorted(int(row[0]) for row in r.rows)
 
 
+def escaped_nul(jobs: Sequence[NewJob]) -> bool:
+    """True when a batch's JSON holds ``\\u0000`` (how leaseq's JSON writes a NUL):
+    PostgreSQL refuses that escape wherever it parses JSON into text, so ``insert_jobs``
+    would fail on it; such a batch (rare) is inserted row by row, as text. A single job
+    always is."""
+    if len(jobs) < 2:
+        return False
+    return any("\\u0000" in job.payload
+               or (job.headers is not None and "\\u0000" in job.headers) for job in jobs)
+
+
 def json_rows(jobs: Sequence[NewJob]) -> str:
-    """The batch as the JSON ``insert_jobs`` reads. Payloads are JSON text already and go
-    in as they are; queue and kind names repeat across a batch, so each is escaped once."""
+    """The batch as the JSON ``insert_jobs`` reads. Payloads and headers are JSON text
+    already and go in as they are; queue and kind names repeat across a batch, so each is
+    escaped once."""
     names: dict[str | None, str] = {None: "null"}
     parts = []
     for job in jobs:
@@ -128,6 +146,8 @@ def json_rows(jobs: Sequence[NewJob]) -> str:
             when += f',"d":{job.delay!r}'
         if job.lease is not None:
             when += f',"l":{job.lease!r}'
+        if job.headers is not None:
+            when += f',"h":{job.headers}'
         parts.append(f'{{"q":{queue},"k":{kind},"p":{job.payload},"pr":{job.priority},'
                      f'"ma":{job.max_attempts}{when}}}')
     return f"[{','.join(parts)}]"

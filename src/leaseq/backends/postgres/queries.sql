@@ -3,42 +3,46 @@
 
 -- name: insert_job
 -- pg_notify wakes LISTENing workers at commit (identical notifications in one transaction
--- are delivered once), without a round trip of its own. For jobs without a lease of their
--- own; insert_leased_job stores one.
+-- are delivered once), without a round trip of its own. For jobs without a lease or
+-- headers of their own; insert_full_job stores those.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           available_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)))
 RETURNING id, pg_notify(:channel, queue);
 
--- name: insert_leased_job
+-- name: insert_full_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, lease)
+                          available_at, lease, headers)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
-        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease)
+        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease,
+        :headers)
 RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_jobs
 -- The batch arrives as one JSON array of objects {q: queue, k: kind, p: payload,
--- pr: priority, ma: max_attempts, ra: run_at, d: delay, l: lease} (ra, d and l left out
--- when unset), the payload embedded as the JSON text leaseq encoded. json_to_recordset
--- parses each object once into typed columns, and as type json (not jsonb) p keeps its
--- text byte for byte; one JSON parameter costs far less to send than eight arrays of text.
-INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, available_at, lease)
+-- pr: priority, ma: max_attempts, ra: run_at, d: delay, l: lease, h: headers} (ra, d, l
+-- and h left out when unset), the payload and headers embedded as the JSON text leaseq
+-- encoded. json_to_recordset parses each object once into typed columns, and as type json
+-- (not jsonb) p and h keep their text byte for byte; one JSON parameter costs far less to
+-- send than nine arrays of text.
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, available_at, lease,
+                          headers)
 SELECT r.q, r.k, COALESCE(r.p::text, 'null'), r.pr, r.ma,
-       COALESCE(r.ra, now() + make_interval(secs => COALESCE(r.d, 0))), r.l
+       COALESCE(r.ra, now() + make_interval(secs => COALESCE(r.d, 0))), r.l, r.h::text
 FROM ROWS FROM (json_to_recordset(:rows::json)
                 AS (q text, k text, p json, pr integer, ma integer, ra timestamptz, d float8,
-                    l float8))
-     WITH ORDINALITY AS r(q, k, p, pr, ma, ra, d, l, n)
+                    l float8, h json))
+     WITH ORDINALITY AS r(q, k, p, pr, ma, ra, d, l, h, n)
 ORDER BY r.n
 RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, lease)
+                          available_at, lease, headers)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
-        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease)
+        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease,
+        :headers)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id, pg_notify(:channel, queue);
 
@@ -54,7 +58,7 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- updated row, which could claim more than :limit rows, and keeps the paused check ahead
 -- of the probes. Each job's lease (returned last): :lease when given, else the job's own,
 -- else its queue's default_lease, else :default_lease; capped by the queue's max_lease
--- (LEAST ignores NULL), as ops.lease_for says.
+-- (LEAST ignores NULL), as ops.lease_for says. The job's headers come after it.
 WITH settings AS MATERIALIZED (
     SELECT q.name, s.default_lease, s.max_lease
     FROM unnest(:queues::text[]) AS q(name)
@@ -83,7 +87,7 @@ SET state = 'running', attempts = j.attempts + 1, lease_token = j.lease_token + 
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.unique_key, j.lease_token, j.lease_until, j.worker_id, j.created_at,
-          j.available_at, picked.seconds;
+          j.available_at, picked.seconds, j.headers;
 
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
@@ -110,10 +114,11 @@ WITH done AS (
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
 FROM done
 RETURNING id;
 
@@ -122,12 +127,13 @@ RETURNING id;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
-       lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
+       lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -199,7 +205,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
        NULL::text, last_error, cancel_requested, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease;
+       COALESCE(updated_at, created_at), lease, headers;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -207,11 +213,11 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
        result, error, false, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease;
+       COALESCE(updated_at, finished_at), lease, headers;
 
 -- name: get_live
 -- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change) and the job's own lease.
+-- creation until the first state change), the job's own lease and its headers.
 SELECT {_live_row}
 FROM {prefix}jobs WHERE id = :id;
 
@@ -276,10 +282,11 @@ LIMIT :limit;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
 FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead';
 
 -- name: delete_dead
@@ -379,10 +386,11 @@ WITH input AS (
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now()
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
 FROM done
 RETURNING id;
 
@@ -489,7 +497,7 @@ ORDER BY finished_at DESC, id DESC
 LIMIT 1;
 
 -- name: peek_available
--- Due jobs in claim order, by the claim index; the 27 columns of get_live.
+-- Due jobs in claim order, by the claim index; the 28 columns of get_live.
 SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'available' AND available_at <= now()

@@ -233,7 +233,7 @@ class RedisOps:
             window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
             args += [groups[job.queue], job.queue, opt(job.kind), job.payload, job.priority,
                      job.max_attempts, opt(job.unique_key), us(job.delay), opt(run_at),
-                     opt(job.lease), opt(window)]
+                     opt(job.lease), opt(window), opt(job.headers)]
         reply = yield Call("enqueue", keys, args)
         if reply and reply[0] == "full":
             queue = next(name for name, number in groups.items() if number == int(reply[1]))
@@ -257,13 +257,14 @@ class RedisOps:
         reply = yield Call("claim", keys, (worker_id, opt(lease), limit, repr(default_lease)))
         jobs = []
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-             token, lease_until, created_at, seconds) in reply:
+             token, lease_until, created_at, seconds, headers) in reply:
             job = Job(
                 id=int(job_id), queue=queue, kind=kind, payload=decode(payload),
                 priority=int(priority), attempts=int(attempts),
                 max_attempts=int(max_attempts), unique_key=unique_key,
                 lease_token=int(token), lease_until=at(lease_until), worker_id=worker_id,
                 created_at=at(created_at), lease=float(seconds),
+                headers=decode(headers),
             )
             self.located.put(job.id, queue)
             jobs.append(job)
@@ -625,7 +626,7 @@ def info(h: dict[str, str], now: int) -> JobInfo:
         releases=int(h.get("releases", 0)), buries=int(h.get("buries", 0)),
         kicks=int(h.get("kicks", 0)), failed_at=dt(h.get("failed_at")),
         updated_at=at(h.get("updated_at") or h["created_at"]),
-        lease=None if lease is None else float(lease),
+        lease=None if lease is None else float(lease), headers=decode(h.get("headers")),
     )
 
 

@@ -3,26 +3,26 @@
 -- so SQLite serialises writers and no row locks are needed.
 
 -- name: insert_job
--- For jobs without a lease of their own; insert_leased_job stores one.
+-- For jobs without a lease or headers of their own; insert_full_job stores those.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
                           available_at, created_at)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
         (julianday('now') - 2440587.5) * 86400.0);
 
--- name: insert_leased_job
+-- name: insert_full_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, created_at, lease)
+                          available_at, created_at, lease, headers)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
-        (julianday('now') - 2440587.5) * 86400.0, :lease);
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers);
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, created_at, lease)
+                          available_at, created_at, lease, headers)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
-        (julianday('now') - 2440587.5) * 86400.0, :lease)
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -34,12 +34,13 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- the job columns (lease_until and worker_id are about to be overwritten, so NULL) and the
 -- clock, from which claim_ids sets the lease. A paused queue yields nothing. Last come what
 -- ops.lease_for needs: the job's own lease and its queue's default_lease and max_lease
--- (subqueries that do not depend on the row, so they run once per branch).
+-- (subqueries that do not depend on the row, so they run once per branch); then the
+-- job's headers.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, NULL, NULL, created_at, available_at,
        (julianday('now') - 2440587.5) * 86400.0, lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
-       (SELECT max_lease FROM {prefix}queues WHERE name = :queue)
+       (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers
 FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
@@ -61,7 +62,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 -- name: jobs_by_ids
 -- The claim's fallback, should claim_ids ever update other rows than it read.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-       lease_token, lease_until, worker_id, created_at, available_at
+       lease_token, lease_until, worker_id, created_at, available_at, headers
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND worker_id = :worker_id AND lease_until = :until;
@@ -85,12 +86,13 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, headers
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -172,7 +174,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
        last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease;
+       COALESCE(updated_at, created_at), lease, headers;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -180,11 +182,11 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
        (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease;
+       COALESCE(updated_at, finished_at), lease, headers;
 
 -- name: get_live
 -- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change) and the job's own lease.
+-- creation until the first state change), the job's own lease and its headers.
 SELECT {_live_row}
 FROM {prefix}jobs WHERE id = :id;
 
@@ -250,11 +252,12 @@ LIMIT :limit;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, headers
 FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
 
 -- name: delete_dead
@@ -337,11 +340,12 @@ ORDER BY id LIMIT :limit;
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, headers
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
@@ -353,11 +357,12 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
-                             releases, buries, kicks, failed_at, updated_at)
+                             releases, buries, kicks, failed_at, updated_at,
+                             headers)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0
+       (julianday('now') - 2440587.5) * 86400.0, headers
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running';
 
@@ -462,7 +467,7 @@ ORDER BY finished_at DESC, id DESC
 LIMIT 1;
 
 -- name: peek_available
--- Due jobs in claim order, by the claim index; the 27 columns of get_live.
+-- Due jobs in claim order, by the claim index; the 28 columns of get_live.
 SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'available'

@@ -54,7 +54,8 @@
 -- seconds as Python wrote them), leased_at? (start of the current lease), touched_at?
 -- (its last extension; the claim writes leased_at), touches? (extensions of this lease),
 -- reserves?, timeouts?, releases?, buries?, kicks? (counters), failed_at?, updated_at?
--- (last state change; readers show created_at until then). "?" = absent when null, and
+-- (last state change; readers show created_at until then), headers? (JSON text, written
+-- by enqueue and never changed). "?" = absent when null, and
 -- an absent counter is 0: enqueue, the hot path, writes none of them.
 --
 -- TIMES are integer microseconds since the Unix epoch, written as decimal text, and

@@ -21,7 +21,7 @@
 -- ARGV[4] default_lease (seconds)
 -- Returns: per claimed job, in claim order, {id, queue, kind, payload, priority,
 -- attempts, max_attempts, unique_key, lease_token, lease_until, created_at, lease
--- (seconds, the one applied)}; kind and unique_key nil when absent
+-- (seconds, the one applied), headers}; kind, unique_key and headers nil when absent
 
 local now = now_us()
 local t = int(now)
@@ -64,7 +64,7 @@ for i = 1, math.min(limit, #candidates) do
   local key = q.job .. id
   local f = fields(key, 'queue', 'kind', 'payload', 'priority', 'attempts', 'max_attempts',
                    'unique_key', 'lease_token', 'created_at', 'lease', 'reserves',
-                   'started_at')
+                   'started_at', 'headers')
   local seconds = lease or f.lease or q.default_lease
   local lease_us = seconds_us(seconds)
   if q.max_lease and seconds_us(q.max_lease) < lease_us then
@@ -82,6 +82,6 @@ for i = 1, math.min(limit, #candidates) do
   hset(key, set)
   redis.call('ZADD', q.running, lease_until, id)
   out[#out + 1] = {id, f.queue, f.kind, f.payload, f.priority, attempts, f.max_attempts,
-                   f.unique_key, token, lease_until, f.created_at, seconds}
+                   f.unique_key, token, lease_until, f.created_at, seconds, f.headers}
 end
 return out

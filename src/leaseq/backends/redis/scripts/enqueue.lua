@@ -11,16 +11,16 @@
 --
 -- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues
 -- KEYS[4..] one GROUP of keys per distinct queue of the batch (_common.lua)
--- ARGV: 11 values per job, in batch order:
+-- ARGV: 12 values per job, in batch order:
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
 --   delay (µs from now), run_at (optional, µs since the epoch; wins over delay),
---   lease (optional, seconds), unique_for (optional, µs)
+--   lease (optional, seconds), unique_for (optional, µs), headers (optional, JSON text)
 -- Publishes: each queue that got a job due now, once, on P:wake (_common.lua)
 -- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin); or
 -- {"full", group, max_jobs} when a queue would exceed its max_jobs (nothing written)
 
-local N = 11
+local N = 12
 local now = now_us()
 local created_at = int(now)
 
@@ -90,7 +90,7 @@ for i = 1, #ARGV, N do
     local q = group(ARGV[i])
     local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
     local priority, unique_key = ARGV[i + 4], opt(ARGV[i + 6])
-    local run_at, lease = opt(ARGV[i + 8]), opt(ARGV[i + 9])
+    local run_at, lease, headers = opt(ARGV[i + 8]), opt(ARGV[i + 9]), opt(ARGV[i + 11])
     local id = int(redis.call('INCR', KEYS[1]))
     local at = run_at or int(now + tonumber(ARGV[i + 7]))
     local key = q.job .. id
@@ -99,6 +99,7 @@ for i = 1, #ARGV, N do
                  'lease_token', '0', 'available_at', at, 'created_at', created_at}
     if kind then set[#set + 1] = 'kind'; set[#set + 1] = kind end
     if lease then set[#set + 1] = 'lease'; set[#set + 1] = lease end
+    if headers then set[#set + 1] = 'headers'; set[#set + 1] = headers end
     if unique_key then
       set[#set + 1] = 'unique_key'; set[#set + 1] = unique_key
       redis.call('HSET', q.unique, unique_key, id)
