@@ -240,7 +240,7 @@ class Dashboard:
                                       headers={"www-authenticate": 'Bearer realm="leaseq"'})
                 return self.login_page(request, status=401)
             if write:
-                refused = await self.refuse_write(request)
+                refused = await self.refuse_write(request, api=api)
                 if refused is not None:
                     return refused
             try:
@@ -252,8 +252,7 @@ class Dashboard:
 
         return guard
 
-    async def refuse_write(self, request: Request) -> Response | None:
-        api = request.url.path.startswith(self.base(request) + "/api/")
+    async def refuse_write(self, request: Request, *, api: bool) -> Response | None:
         if self.read_only:
             return self.error(request, 403, "ReadOnly", "this dashboard is read-only", api=api)
         if not same_origin(request):
