@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
+import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import leaseq
 
 T = TypeVar("T")
 
@@ -105,3 +111,23 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+@contextmanager
+def running(app: leaseq.App, **options: Any) -> Iterator[leaseq.Worker]:
+    """A ``Worker`` on ``app`` in a thread of this process (fast polling, a 5 s grace),
+    stopped and joined on exit."""
+    import leaseq
+
+    options.setdefault("poll_interval", 0.05)
+    options.setdefault("grace", 5)
+    worker = leaseq.Worker(app, **options)
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()), daemon=True)
+    thread.start()
+    assert worker.started.wait(15), "worker did not start"
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop"

@@ -14,13 +14,10 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -35,7 +32,7 @@ from leaseq.metrics import (
     render_queue_state,
 )
 from tests.conftest import require
-from tests.helpers import POSTGRES_URL, REDIS_URL, drop_tables, new_prefix, wait_for
+from tests.helpers import POSTGRES_URL, REDIS_URL, drop_tables, new_prefix, running, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -251,21 +248,6 @@ def test_import_leaseq_does_not_import_prometheus_client() -> None:
 
 
 # -- the worker, in this process ---------------------------------------------------------------
-
-
-@contextmanager
-def running(application: leaseq.App, **options: Any) -> Iterator[leaseq.Worker]:
-    options.setdefault("poll_interval", 0.05)
-    worker = leaseq.Worker(application, **options)
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()), daemon=True)
-    thread.start()
-    assert worker.started.wait(15), "worker did not start"
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 def state(application: leaseq.App, job_id: int, wanted: str) -> bool:

@@ -11,13 +11,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
 import pytest
 
 import leaseq
-from tests.helpers import wait_for
+from tests.helpers import running, wait_for
 
 
 @pytest.fixture
@@ -27,22 +25,6 @@ def app(q: leaseq.Queue, url: str, prefix: str) -> Iterator[leaseq.App]:
                              backoff=leaseq.Backoff(base=0.05, cap=0.1, jitter=0))
     yield application
     application.close()
-
-
-@contextmanager
-def running(app: leaseq.App, **options: Any) -> Iterator[leaseq.Worker]:
-    options.setdefault("poll_interval", 0.05)
-    options.setdefault("grace", 5)
-    worker = leaseq.Worker(app, **options)
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()), daemon=True)
-    thread.start()
-    assert worker.started.wait(15), "worker did not start"
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 def state(app: leaseq.App, job_id: int, *wanted: str) -> leaseq.JobInfo | None:

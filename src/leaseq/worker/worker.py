@@ -350,9 +350,23 @@ class Worker:
             self._freed.set()
 
     async def _run(self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None) -> None:
-        if tracing.on:
-            await self._run_traced(aq, ctx, task)
+        if not tracing.on:
+            await self._attempt(aq, ctx, task)
             return
+        # Inside the job's consumer span (leaseq.tracing), which ends once the outcome is
+        # written or handed to the completer.
+        with tracing.running(ctx.job, task.name if task else None) as span:
+            result, handed_off = await self._attempt(aq, ctx, task)
+            error = result.error if result.action in ("nack", "bury", "discard") else None
+            if result.action == "ack" and not handed_off and not ctx.lease_lost:
+                error = "the result could not be stored"
+            span.finished(_traced_outcome(ctx, result, handed_off), result.exc, error)
+
+    async def _attempt(
+        self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None
+    ) -> tuple[Outcome, bool]:
+        """Runs the handler and records its outcome; True when the completer took the
+        job over (it then ends the job's books itself)."""
         handed_off = False
         try:
             try:
@@ -363,27 +377,7 @@ class Worker:
         finally:
             if not handed_off:
                 self._done(ctx.job.id)
-
-    async def _run_traced(
-        self, aq: AsyncQueue, ctx: JobContext, task: Task[Any, Any] | None
-    ) -> None:
-        """``_run`` inside the job's consumer span (``leaseq.tracing``), which ends once
-        the outcome is written or handed to the completer."""
-        with tracing.running(ctx.job, task.name if task else None) as span:
-            handed_off = False
-            try:
-                try:
-                    result = await self._outcome(ctx, task)
-                finally:
-                    self._slot_freed()
-                handed_off = await self._record(aq, ctx, result, task)
-            finally:
-                if not handed_off:
-                    self._done(ctx.job.id)
-            error = result.error if result.action in ("nack", "bury", "discard") else None
-            if result.action == "ack" and not handed_off and not ctx.lease_lost:
-                error = "the result could not be stored"
-            span.finished(_traced_outcome(ctx, result, handed_off), result.exc, error)
+        return result, handed_off
 
     def _held_queues(self) -> list[str]:
         """The queue of every job held now (metrics read it from the scrape's thread; a
