@@ -72,8 +72,8 @@ def test_postgres_claim_uses_the_claim_index(loaded: tuple[str, str, str]) -> No
 
     _, url, prefix = loaded
     sql = PostgresDialect(prefix).q["claim"]
-    params = {"queues": ["q0", "q1"], "limit": 10, "lease": None, "default_lease": 30.0,
-              "worker_id": "w"}
+    params = {"queues": ["q0", "q1"], "takes": [None, None], "limit": 10, "lease": None,
+              "default_lease": 30.0, "worker_id": "w"}
     with psycopg.connect(url) as conn:
         conn.execute(f"ANALYZE {prefix}jobs")
         plan = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]  # type: ignore[index]
@@ -133,17 +133,17 @@ def test_mysql_claim_candidates_use_the_claim_index_without_filesort(
 
     _, url, prefix = loaded
     d = MysqlDialect(prefix)
-    queues = [{"queue": name} for name in ("q0", "q1", "q2")]
+    queues = [{"queue": name, "gate": 1} for name in ("q0", "q1", "q2")]
     starts = d.each("claim_starts", queues, {})
     # The locking read begins where claim_starts found the first due job; a start before
     # every job leaves the most rows in range.
     start = {"from_priority": -3, "from_at": datetime(2000, 1, 1), "from_id": 1}
     # Several queues are one UNION ALL statement, each branch on the index by itself.
-    union = d.each("claim_candidates", [{**q, **start} for q in queues], {"limit": 10})
+    union = d.each("claim_candidates", [{**q, **start, "take": 10} for q in queues], {})
     plans = mysql_plans(url, prefix, [
-        ("claim_starts", {"queue": "q0"}),
+        ("claim_starts", {"queue": "q0", "gate": 1}),
         (starts.name, dict(starts.params)),
-        ("claim_candidates", {"queue": "q0", "limit": 10, **start}),
+        ("claim_candidates", {"queue": "q0", "take": 10, "gate": 1, **start}),
         (union.name, dict(union.params)),
     ], d)
     for plan in plans:
@@ -192,14 +192,14 @@ def test_sqlite_claim_uses_the_claim_index_without_sorting(loaded: tuple[str, st
     _, url, prefix = loaded
     dialect = SqliteDialect(prefix)
     q = dialect.q
-    union = dialect.each("claim_candidates", [{"queue": n} for n in ("q0", "q1", "q2")],
-                         {"limit": 10})
+    union = dialect.each("claim_candidates",
+                         [{"queue": n, "take": 10, "gate": 1} for n in ("q0", "q1", "q2")], {})
     fenced = {"ids": "[1,2]", "pairs": "[[1,1],[2,1]]", "extend": 30.0}
     conn = sqlite3.connect(url.split("sqlite:///", 1)[1])
     try:
         conn.execute("ANALYZE")
         candidates = conn.execute("EXPLAIN QUERY PLAN " + q["claim_candidates"],
-                                  {"queue": "q0", "limit": 10}).fetchall()
+                                  {"queue": "q0", "take": 10, "gate": 1}).fetchall()
         several = conn.execute("EXPLAIN QUERY PLAN " + q[union.name], union.params).fetchall()
         claim = conn.execute("EXPLAIN QUERY PLAN " + q["claim_ids"],
                              {"ids": "[1,2]", "until": 30.0, "now": 0.0, "worker_id": "w"}

@@ -129,6 +129,21 @@ def test_queue_settings_from_the_command_line(run) -> None:  # type: ignore[no-u
     assert "│ total" in run("stats").stdout
 
 
+def test_flow_control_limits_from_the_command_line(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("queue", "set", "api", "--concurrency-limit", "2", "--rate-per-sec", "0.5",
+              "--rate-burst", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    config = json.loads(out.stdout)
+    assert (config["concurrency_limit"], config["rate_per_sec"], config["rate_burst"]) == (
+        2, 0.5, 3)
+    assert "concurrency_limit=2" in run("queues").stdout
+    assert run("queue", "set", "api", "--concurrency-limit", "1.5").returncode == 2
+    bad = run("queue", "set", "api", "--rate-per-sec", "0")
+    assert bad.returncode == 1 and "rate_per_sec" in bad.stderr
+    reset = json.loads(run("queue", "set", "api", "--rate-per-sec", "none", "--json").stdout)
+    assert reset["rate_per_sec"] is None and reset["concurrency_limit"] == 2
+
+
 def test_queue_set_refuses_bad_values(run) -> None:  # type: ignore[no-untyped-def]
     assert run("queue", "set", "emails").returncode == 2  # nothing to change
     assert run("queue", "set", "emails", "--max-jobs", "lots").returncode == 2

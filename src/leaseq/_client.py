@@ -169,7 +169,8 @@ class Queue(Shared):
                                                               wait)
         if self._reclaim_due():
             self._backend.reclaim(1000)
-        jobs = self._backend.claim(names, worker, lease_s, n, self.settings.lease)
+        self._fresh_configs()  # which queues have limits
+        jobs = self._backend.claim(names, worker, lease_s, n, self.settings.lease, self._limited)
         if jobs or wait_s <= 0:
             return jobs
         return self._wait_for_jobs(names, worker, lease_s, n, time.monotonic() + wait_s)
@@ -194,7 +195,9 @@ class Queue(Shared):
             while (left := deadline - time.monotonic()) > 0:
                 woken.wait(min(pause, left))
                 woken.clear()
-                jobs = self._backend.claim(names, worker, lease, n, self.settings.lease)
+                self._fresh_configs()
+                jobs = self._backend.claim(names, worker, lease, n, self.settings.lease,
+                                           self._limited)
                 if jobs:
                     return jobs
                 pause = min(pause * 2, POLL_CAP)
@@ -365,12 +368,19 @@ class Queue(Shared):
         max_touch_duration: float | timedelta | Keep | None = KEEP,
         min_touch_interval: float | timedelta | Keep | None = KEEP,
         dead_retention: float | timedelta | Keep | None = KEEP,
+        concurrency_limit: int | Keep | None = KEEP,
+        rate_per_sec: float | Keep | None = KEEP,
+        rate_burst: int | Keep | None = KEEP,
     ) -> QueueConfig:
         """Store settings of queue ``name`` in the database, for every client and worker
         (see ``QueueConfig`` for each). Only the arguments given change; None resets one
         to its default. Other clients apply the change within ``CONFIG_TTL`` (2 s) for
         enqueue defaults, backoff and ``max_jobs``; leases and touch limits are read by
-        the database at each claim and heartbeat. Returns the settings as stored."""
+        the database at each claim and heartbeat. ``concurrency_limit`` and
+        ``rate_per_sec``/``rate_burst`` are enforced by every claim on every host
+        (docs/flow-control.md); a client that has not re-read settings since a queue got
+        its first limit claims nothing from it until it does. Returns the settings as
+        stored."""
         given = dict(locals())
         queue = v.queue_name(given.pop("name"))
         changes = self._setting_changes(self._backend_config(queue),
@@ -390,6 +400,14 @@ class Queue(Shared):
         """The stored settings of every queue that has any (or was ever paused), read
         now."""
         return self._backend.queue_configs()
+
+    def next_due(self, queues: str | Sequence[str]) -> float | None:
+        """Seconds until a job of ``queues`` may next become claimable by the database's
+        clock: until the earliest scheduled job is due, or, in a queue with
+        ``rate_per_sec``, until its next token. 0 when one could be claimed now; None when
+        nothing is waiting (or only ``concurrency_limit`` holds due jobs back). Paused
+        queues are left out. Workers sleep this long when idle."""
+        return self._backend.next_due(v.queue_names(queues))
 
     def pause(self, queue: str) -> None:
         """Stop handing out jobs of ``queue`` (to every worker and ``dequeue``) until
@@ -521,8 +539,10 @@ class AsyncQueue(Shared):
                                                               wait)
         if self._reclaim_due():
             await self._backend.reclaim(1000)
+        await self._fresh_configs()  # which queues have limits
         if wait_s <= 0:
-            return await self._backend.claim(names, worker, lease_s, n, self.settings.lease)
+            return await self._backend.claim(names, worker, lease_s, n, self.settings.lease,
+                                             self._limited)
         return await self._wait_for_jobs(names, worker, lease_s, n, time.monotonic() + wait_s)
 
     async def _wait_for_jobs(
@@ -566,8 +586,9 @@ class AsyncQueue(Shared):
         """A claim that, when the caller is cancelled while it runs, lets it finish and
         releases what it leased (attempts given back), so a cancelled wait strands
         nothing until its lease runs out."""
+        await self._fresh_configs()
         claim = asyncio.ensure_future(
-            self._backend.claim(names, worker, lease, n, self.settings.lease))
+            self._backend.claim(names, worker, lease, n, self.settings.lease, self._limited))
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:
@@ -705,6 +726,9 @@ class AsyncQueue(Shared):
         max_touch_duration: float | timedelta | Keep | None = KEEP,
         min_touch_interval: float | timedelta | Keep | None = KEEP,
         dead_retention: float | timedelta | Keep | None = KEEP,
+        concurrency_limit: int | Keep | None = KEEP,
+        rate_per_sec: float | Keep | None = KEEP,
+        rate_burst: int | Keep | None = KEEP,
     ) -> QueueConfig:
         """See ``Queue.configure_queue``."""
         given = dict(locals())
@@ -725,6 +749,10 @@ class AsyncQueue(Shared):
     async def queue_configs(self) -> dict[str, QueueConfig]:
         """See ``Queue.queue_configs``."""
         return await self._backend.queue_configs()
+
+    async def next_due(self, queues: str | Sequence[str]) -> float | None:
+        """See ``Queue.next_due``."""
+        return await self._backend.next_due(v.queue_names(queues))
 
     async def pause(self, queue: str) -> None:
         """See ``Queue.pause``."""

@@ -95,6 +95,13 @@ def _check_setting(name: str, value: object) -> int | float:
         return v.integer(name, value, 1, 2**53)
     if name == "max_touches":
         return v.integer(name, value, 0)
+    if name in ("concurrency_limit", "rate_burst"):
+        return v.integer(name, value, 1, 1_000_000)
+    if name == "rate_per_sec":
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0 < value <= 1_000_000):
+            raise InvalidArgument(f"rate_per_sec must be a number in (0, 1e6], got {value!r}")
+        return float(value)
     if name == "jitter":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
             raise InvalidArgument(f"jitter must be a number in [0, 1), got {value!r}")
@@ -115,6 +122,9 @@ class Shared:
         self._configs: dict[str, QueueConfig] = {}
         self._configs_read = float("-inf")
         self._capped: frozenset[str] = frozenset()
+        # Queues with a concurrency or rate limit, as last read: claims of these take
+        # the limits into account (``Backend.claim``).
+        self._limited: frozenset[str] = frozenset()
         self._backoffs: dict[str, Backoff] = {}
         self._closed = False
         self._waiting: set[threading.Event] = set()
@@ -127,8 +137,14 @@ class Shared:
     def _store_configs(self, configs: dict[str, QueueConfig]) -> None:
         self._configs = configs
         self._capped = frozenset(q for q, c in configs.items() if c.max_jobs is not None)
+        self._limited = frozenset(q for q, c in configs.items() if c.limited)
         self._backoffs = {}
         self._configs_read = time.monotonic()
+
+    def _concurrency_limited(self, queue: str) -> bool:
+        """True when ``queue`` had a ``concurrency_limit`` when settings were last read."""
+        config = self._configs.get(queue)
+        return config is not None and config.concurrency_limit is not None
 
     def _forget_configs(self) -> None:
         self._configs_read = float("-inf")

@@ -161,6 +161,7 @@ class QueueStats:
 QUEUE_SETTINGS: tuple[str, ...] = (
     "max_attempts", "base_backoff", "max_backoff", "jitter", "default_lease", "max_lease",
     "max_jobs", "max_touches", "max_touch_duration", "min_touch_interval", "dead_retention",
+    "concurrency_limit", "rate_per_sec", "rate_burst",
 )
 """The fields of ``QueueConfig`` besides ``queue``, in storage order."""
 
@@ -191,6 +192,13 @@ class QueueConfig:
             succeeds without writing. Default: 0.
         dead_retention: Seconds a dead job is kept before ``reclaim`` discards it to
             history. Default: kept until someone acts.
+        concurrency_limit: Most jobs of this queue running at once, over every worker on
+            every host; enforced by each claim. Default: no limit.
+        rate_per_sec: Most job starts per second, over every worker: a token bucket kept
+            in the database and refilled by its clock; enforced by each claim. Default: no
+            limit.
+        rate_burst: Size of that bucket: starts allowed at once after a quiet spell.
+            Default: 1. No effect without ``rate_per_sec``.
     """
 
     queue: str
@@ -205,6 +213,14 @@ class QueueConfig:
     max_touch_duration: float | None = None
     min_touch_interval: float | None = None
     dead_retention: float | None = None
+    concurrency_limit: int | None = None
+    rate_per_sec: float | None = None
+    rate_burst: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """True when a claim of this queue must respect a concurrency or rate limit."""
+        return self.concurrency_limit is not None or self.rate_per_sec is not None
 
     def as_dict(self) -> dict[str, str | int | float | None]:
         """The settings as a plain dict (for JSON output)."""

@@ -23,9 +23,10 @@ REPEATABLE = frozenset({
     "claim", "renew", "complete", "complete_many", "renew_many", "reclaim",
     "configure_queue", "set_paused",
     "get", "stats", "peek", "queue_configs", "server_version", "list_jobs", "paused",
+    "next_due",
 })
 READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "list_jobs",
-                   "paused"})
+                   "paused", "next_due"})
 
 
 class PlanBackend:
@@ -53,10 +54,15 @@ class PlanBackend:
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
-        default_lease: float = 30.0,
+        default_lease: float = 30.0, limited: Collection[str] = (),
     ) -> Any:
+        # ``limited`` is only a hint for backends that must choose how to claim (SQL);
+        # plans that check every queue's limits anyway do not take it.
         return self.run("claim",
                         lambda: self.ops.claim(queues, worker_id, lease, limit, default_lease))
+
+    def next_due(self, queues: Sequence[str]) -> Any:
+        return self.run("next_due", lambda: self.ops.next_due(queues))
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
         return self.run("renew", lambda: self.ops.renew(job_id, token, extend))

@@ -87,6 +87,7 @@ class Backend(Protocol):
         lease: float | None,
         limit: int,
         default_lease: float = 30.0,
+        limited: Collection[str] = (),
     ) -> list[Job]:
         """available → running for up to ``limit`` due jobs of queues that are not
         paused, by priority desc, available_at, id; attempts + 1, reserves + 1; a fresh
@@ -95,7 +96,26 @@ class Backend(Protocol):
 
         Each job's lease is ``lease`` when given, else the job's own lease, else its
         queue's ``default_lease``, else ``default_lease``; always capped by the queue's
-        ``max_lease``. ``Job.lease`` reports the lease applied."""
+        ``max_lease``. ``Job.lease`` reports the lease applied.
+
+        Flow control: a queue with ``concurrency_limit`` never has more jobs running than
+        that after a claim, and one with ``rate_per_sec`` starts jobs only while its token
+        bucket (``_core.limits``) holds tokens, one spent per job, refilled by the
+        database's clock. Racing claimers on any number of hosts never exceed either.
+        ``limited`` names the queues the client believes have a limit; the backend claims
+        from those under their limits (serialising their claimers). A queue with a stored
+        limit that is not named is not claimed from at all, so a stale belief delays its
+        jobs (until the client re-reads settings) but never breaks a limit; queues without
+        limits pay nothing. Backends for which the check is free may ignore ``limited``."""
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        """Seconds, by the database's clock, until a job of ``queues`` may next become
+        claimable without anything else happening: per queue that is not paused, the time
+        until its earliest available job is due, and for a queue with ``rate_per_sec`` the
+        later of that and its bucket's next token (``_core.limits.next_start``). 0 when a
+        job could be claimed now; None when nothing tells (no jobs waiting, or due jobs
+        held back by ``concurrency_limit``). Changes nothing. Workers sleep this long when
+        idle, instead of polling."""
 
     def renew(self, job_id: int, token: int, extend: float) -> datetime:
         """running → running with ``lease_until = now + min(extend, max_lease)``.
@@ -224,7 +244,9 @@ class AsyncBackend(Protocol):
         lease: float | None,
         limit: int,
         default_lease: float = 30.0,
+        limited: Collection[str] = (),
     ) -> list[Job]: ...
+    async def next_due(self, queues: Sequence[str]) -> float | None: ...
     async def renew(self, job_id: int, token: int, extend: float) -> datetime: ...
     async def complete(
         self, job_id: int, token: int, result: str | None, conn: Any = None

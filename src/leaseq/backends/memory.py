@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from leaseq._core import limits
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -93,6 +94,7 @@ class MemoryBackend:
         self.paused_queues: set[str] = set()
         self.settings: dict[str, dict[str, Any]] = {}  # queue -> stored settings
         self.finished_keys: dict[tuple[str, str], int] = {}  # newest finished keyed job
+        self.buckets: dict[str, tuple[float, float]] = {}  # queue -> (tokens, when)
         self.next_id = 1
 
     def migrate(self) -> None:
@@ -157,6 +159,40 @@ class MemoryBackend:
     def _setting(self, queue: str, name: str) -> Any:
         return self.settings.get(queue, {}).get(name)
 
+    def _tokens(self, queue: str, now: float) -> float:
+        tokens, at = self.buckets.get(queue, (None, None))
+        return limits.tokens_now(self._setting(queue, "rate_per_sec"),
+                                 self._setting(queue, "rate_burst"), tokens,
+                                 None if at is None else now - at)
+
+    def _running(self, queue: str) -> int:
+        return sum(r.queue == queue and r.state == "running" for r in self.live.values())
+
+    def _allowance(self, queue: str, limit: int, now: float) -> int:
+        concurrency = self._setting(queue, "concurrency_limit")
+        rate = self._setting(queue, "rate_per_sec")
+        if concurrency is None and rate is None:
+            return limit
+        return limits.allowance(limit, concurrency,
+                                self._running(queue) if concurrency is not None else 0,
+                                rate, self._tokens(queue, now) if rate is not None else None)
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        with self.lock:
+            now = self.clock()
+            best: float | None = None
+            for queue in set(queues) - self.paused_queues:
+                times = [r.available_at for r in self.live.values()
+                         if r.queue == queue and r.state == "available"]
+                rate = self._setting(queue, "rate_per_sec")
+                wait = limits.next_start(
+                    min(times) - now if times else None, self._running(queue),
+                    self._setting(queue, "concurrency_limit"), rate,
+                    self._tokens(queue, now) if rate is not None else None)
+                if wait is not None and (best is None or wait < best):
+                    best = wait
+            return best
+
     def claim(
         self,
         queues: Sequence[str],
@@ -164,13 +200,30 @@ class MemoryBackend:
         lease: float | None,
         limit: int,
         default_lease: float = 30.0,
+        limited: Collection[str] = (),
     ) -> list[Job]:
+        # The limits are checked for every queue (it is free here), whatever ``limited``.
         with self.lock:
             now = self.clock()
             wanted = set(queues) - self.paused_queues
+            takes = {q: self._allowance(q, limit, now) for q in wanted}
             due = (r for r in self.live.values()
                    if r.state == "available" and r.queue in wanted and r.available_at <= now)
-            picked = heapq.nsmallest(limit, due, key=lambda r: (-r.priority, r.available_at, r.id))
+            order = lambda r: (-r.priority, r.available_at, r.id)  # noqa: E731
+            if all(take >= limit for take in takes.values()):
+                picked = heapq.nsmallest(limit, due, key=order)
+            else:
+                picked = []
+                for r in sorted(due, key=order):
+                    if len(picked) == limit:
+                        break
+                    if takes[r.queue] > 0:
+                        takes[r.queue] -= 1
+                        picked.append(r)
+            for queue in {r.queue for r in picked}:
+                if self._setting(queue, "rate_per_sec") is not None:
+                    started = sum(r.queue == queue for r in picked)
+                    self.buckets[queue] = (self._tokens(queue, now) - started, now)
             jobs = []
             for r in picked:
                 settings = self.settings.get(r.queue, {})

@@ -324,8 +324,12 @@ SETTING_HELP = {
     "max_touch_duration": "No heartbeat extends a lease older than this.",
     "min_touch_interval": "Heartbeats sooner than this after the last one write nothing.",
     "dead_retention": "Dead jobs older than this are discarded to history by reclaim.",
+    "concurrency_limit": "Most jobs of the queue running at once, over every worker.",
+    "rate_per_sec": "Most job starts per second, over every worker (a token bucket).",
+    "rate_burst": "Starts the rate limit allows at once after a quiet spell (default 1).",
 }
-INTEGER_SETTINGS = ("max_attempts", "max_jobs", "max_touches")
+INTEGER_SETTINGS = ("max_attempts", "max_jobs", "max_touches", "concurrency_limit",
+                    "rate_burst")
 
 
 def setting_value(name: str) -> Callable[[str], float | None]:
@@ -340,7 +344,7 @@ def setting_value(name: str) -> Callable[[str], float | None]:
                 return int(text)
             except ValueError:
                 raise click.BadParameter(f"{text!r} is not a whole number (or none)") from None
-        if name == "jitter":
+        if name in ("jitter", "rate_per_sec"):
             try:
                 return float(text)
             except ValueError:

@@ -74,6 +74,9 @@ ASYNC_CONCURRENCY = 1000
 SYNC_CONCURRENCY = 10
 """Default cap (and thread count) when some task is a plain function."""
 IDLE_FLOOR = 0.002
+DUE_MARGIN = 0.0005
+"""Slept past a job's due time, so that the claim after the sleep finds it due (timers may
+fire a little early)."""
 """First wait after a claim came back empty; it doubles up to ``poll_interval``."""
 GATHER = 0.002
 """Seconds the fetch loop waits for more slots to free before claiming for a few..."""
@@ -165,6 +168,7 @@ class Worker:
         self._hook_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
+        self._limits: Callable[[str], bool] = lambda queue: False
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -201,6 +205,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
         aq = AsyncQueue(self.app.url, self.app.settings)
+        self._limits = aq._concurrency_limited
         if self.metrics is not None:
             self._metrics = self.metrics.recorder(aq.backend, self.queues, self._held_queues)
         self._completer = Completer(aq, self._acked,
@@ -314,9 +319,23 @@ class Worker:
                 log.info("queues empty: burst run done")
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
-            # fleet of idle workers does not poll in step.
+            # fleet of idle workers does not poll in step...
             idle = min(self.poll_interval, max(IDLE_FLOOR, idle * 2))
-            await self._wait(idle * random.uniform(0.8, 1.2))
+            pause = idle * random.uniform(0.8, 1.2)
+            # ...unless the database knows when a job comes due or a rate limit lets one
+            # start: then sleep exactly that long, so a delayed job starts on time. An
+            # enqueue (of an earlier job too) wakes the loop before then.
+            due = await self._next_due(aq)
+            if due is not None and due > 0:
+                pause = min(due + DUE_MARGIN, self.poll_interval)
+            await self._wait(pause)
+
+    async def _next_due(self, aq: AsyncQueue) -> float | None:
+        try:
+            return await aq.next_due(self.queues)
+        except LeaseqError as exc:
+            log.debug("next_due failed, polling instead: %s", exc)
+            return None
 
     async def _wait(self, timeout: float | None, event: asyncio.Event | None = None) -> None:
         """Waits for ``event`` (default: a wake-up) or ``timeout``. Idle waits do not end
@@ -340,9 +359,13 @@ class Worker:
 
     def _done(self, job_id: int) -> None:
         """The job's outcome is written (or given up on): it no longer counts as held."""
-        self.inflight.pop(job_id, None)
+        held = self.inflight.pop(job_id, None)
         if self._freed is not None:
             self._freed.set()  # below the cap on jobs awaiting their ack
+        if held is not None and self._wake is not None and self._limits(held[0].job.queue):
+            # Its queue has a concurrency limit: the job just gave back a slot, which the
+            # idle loop would otherwise only find at its next poll.
+            self._wake.set()
 
     def _slot_freed(self) -> None:
         self.running -= 1

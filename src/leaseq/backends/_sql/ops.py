@@ -13,7 +13,7 @@ stale holder changes nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, cast
@@ -29,6 +29,7 @@ from leaseq._core.job import (
     QueueConfig,
     QueueStats,
 )
+from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import decode
 from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
 from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
@@ -126,6 +127,10 @@ class Dialect:
     def ids(self, ids: Sequence[int]) -> Any:
         """A list-of-ids parameter for ``IN``/``ANY``."""
         return list(ids)
+
+    def names(self, names: Sequence[str]) -> Any:
+        """A list-of-names parameter for ``IN``/``ANY``."""
+        return list(names)
 
     def row(self, job: NewJob) -> dict[str, Any]:
         return {
@@ -310,21 +315,36 @@ class SqlOps:
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
-        default_lease: float = 30.0,
+        default_lease: float = 30.0, limited: Sequence[str] = (),
     ) -> Plan[list[Job]]:
         """One locking read of every queue's candidates (paused queues excluded in SQL)
         that also returns the job columns, the database's clock, and each job's own lease
         with its queue's ``default_lease`` and ``max_lease``; then one ``UPDATE`` of the
         chosen ids per distinct lease (``lease_for``; usually one). MySQL first reads where
         to start, see ``claim_branches``. The jobs are built from the rows read, so MySQL
-        needs no re-read for want of ``UPDATE ... RETURNING``."""
+        needs no re-read for want of ``UPDATE ... RETURNING``.
+
+        ``limited`` queues (in name order) are first read under lock (``allowances``),
+        each branch then takes at most what its limits allow, and the tokens spent are
+        written back (``spend``)."""
         names = list(dict.fromkeys(queues))  # a repeated queue would return its rows twice
         if not names:
             return []
-        branches = yield from self.claim_branches(names)
+        takes: dict[str, int] = {}
+        buckets: dict[str, float] = {}
+        if limited:
+            takes, buckets = yield from self.allowances(limited, limit)
+            names = [name for name in names if takes.get(name, 1) > 0]
+            if not names:
+                return []
+        branches = yield from self.claim_branches(names, [n for n in names if n not in takes])
         if not branches:
             return []
-        r = yield self.d.each("claim_candidates", branches, {"limit": limit})
+        for branch in branches:
+            take = takes.get(branch["queue"])
+            branch["take"] = limit if take is None else take
+            branch["gate"] = int(take is None)
+        r = yield self.d.each("claim_candidates", branches, {})
         if not r.rows:
             return []
         # Each queue's candidates come in index order; merge them into the global order.
@@ -336,7 +356,68 @@ class SqlOps:
         leased: list[tuple[Any, ...]] = []
         for seconds, group in by_lease.items():
             leased += yield from self.lease_rows(group, seconds, now, worker_id)
-        return self.jobs(leased)
+        jobs = self.jobs(leased)
+        yield from self.spend(buckets, jobs)
+        return jobs
+
+    def allowances(
+        self, limited: Sequence[str], limit: int
+    ) -> Plan[tuple[dict[str, int], dict[str, float]]]:
+        """How many jobs each limited queue may start in this claim, and the tokens in
+        the buckets of those with a rate, read (and on PostgreSQL and MySQL locked until
+        the claim commits) from their settings rows. A queue missing from the answer has
+        no settings row or is paused; the claim treats it as any other queue."""
+        r = yield Stmt("lock_limits", {"names": self.d.names(limited)})
+        counted = [row[0] for row in r.rows if row[1] is not None]
+        running: dict[str, int] = {}
+        if counted:
+            c = yield Stmt("running_counts", {"names": self.d.names(counted)})
+            running = {queue: int(n) for queue, n in c.rows}
+        takes: dict[str, int] = {}
+        buckets: dict[str, float] = {}
+        for name, concurrency, rate, burst, tokens, elapsed in r.rows:
+            have = None
+            if rate is not None:
+                have = buckets[name] = tokens_now(
+                    float(rate), burst, None if tokens is None else float(tokens),
+                    None if elapsed is None else float(elapsed))
+            takes[name] = allowance(limit, concurrency, running.get(name, 0),
+                                    None if rate is None else float(rate), have)
+        return takes, buckets
+
+    def spend(self, buckets: Mapping[str, float], jobs: Sequence[Job]) -> Plan[None]:
+        """Takes a token from its queue's bucket for every job started there. The
+        database refills the bucket to its clock as it writes (``spend_tokens``): the
+        allowance was worked out from no more tokens than that, so none goes negative."""
+        for queue in buckets:
+            started = sum(1 for job in jobs if job.queue == queue)
+            if started:
+                yield Stmt("spend_tokens", {"queue": queue, "started": started})
+
+    def next_due(self, queues: Sequence[str]) -> Plan[float | None]:
+        """One read per queue (``next_due`` in queries.sql), judged by
+        ``limits.next_start``; the least wait wins."""
+        best: float | None = None
+        for queue in dict.fromkeys(queues):
+            row = yield from self.due_row(queue)
+            earliest, paused, concurrency, running, rate, burst, tokens, elapsed = row
+            if paused:
+                continue
+            have = None if rate is None else tokens_now(
+                float(rate), burst, None if tokens is None else float(tokens),
+                None if elapsed is None else float(elapsed))
+            wait = next_start(None if earliest is None else float(earliest), int(running or 0),
+                              concurrency, None if rate is None else float(rate), have)
+            if wait is not None and (best is None or wait < best):
+                best = wait
+        return best
+
+    def due_row(self, queue: str) -> Plan[tuple[Any, ...]]:
+        """``next_due``'s row for one queue: seconds until its earliest available job is
+        due, then paused, concurrency_limit, running, rate_per_sec, rate_burst,
+        rate_tokens and the seconds since the bucket was spent."""
+        r = yield Stmt("next_due", {"queue": queue})
+        return tuple(r.rows[0])
 
     def lease_rows(
         self, rows: list[tuple[Any, ...]], seconds: float, now: Any, worker_id: str
@@ -358,9 +439,12 @@ class SqlOps:
         tokens = {c[0]: c[8] + 1 for c in rows}
         return [(*j[:13], seconds, j[13]) for j in r.rows if tokens.get(j[0]) == j[8]]
 
-    def claim_branches(self, queues: Sequence[str]) -> Plan[list[dict[str, Any]]]:
-        """The parameters of each queue's branch of ``claim_candidates``; no branch, no
-        locking read."""
+    def claim_branches(
+        self, queues: Sequence[str], gated: Collection[str] = ()
+    ) -> Plan[list[dict[str, Any]]]:
+        """The parameters of each queue's branch of ``claim_candidates`` (``claim`` adds
+        each one's take and gate); no branch, no locking read. ``gated`` queues are those
+        claimed without a worked-out take."""
         return [{"queue": queue} for queue in queues]
         yield  # unreachable: makes this a plan that runs no statement
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -59,6 +59,9 @@ class MysqlDialect(Dialect):
     def ids(self, ids: Sequence[int]) -> Any:
         return tuple(ids)
 
+    def names(self, names: Sequence[str]) -> Any:
+        return tuple(names)
+
     def pairs(self, pairs: Sequence[tuple[int, int]]) -> Any:
         return tuple(tuple(pair) for pair in pairs)
 
@@ -86,10 +89,28 @@ class MysqlOps(SqlOps):
     claimed before. A batch renewal reads before it writes, for want of ``RETURNING``;
     reclaim finds expired dead jobs queue by queue."""
 
-    def claim_branches(self, queues: Sequence[str]) -> Plan[list[dict[str, Any]]]:
-        r = yield self.d.each("claim_starts", [{"queue": queue} for queue in queues], {})
+    def claim_branches(
+        self, queues: Sequence[str], gated: Collection[str] = ()
+    ) -> Plan[list[dict[str, Any]]]:
+        # gated: the queues claimed without a worked-out take (claim_candidates' :gate).
+        r = yield self.d.each("claim_starts", [{"queue": queue, "gate": int(queue in gated)}
+                                               for queue in queues], {})
         return [{"queue": queue, "from_priority": priority, "from_at": at, "from_id": job_id}
                 for queue, priority, at, job_id in r.rows]
+
+    def due_row(self, queue: str) -> Plan[tuple[Any, ...]]:
+        """A skip scan over the queue's priorities, one probe each (``first_due``), then
+        the settings row."""
+        earliest: float | None = None
+        after = -(2**40)  # below every sort_priority (-priority of an INT)
+        while True:
+            r = yield Stmt("first_due", {"queue": queue, "after": after})
+            if not r.rows:
+                break
+            after, seconds = r.rows[0]
+            earliest = float(seconds) if earliest is None else min(earliest, float(seconds))
+        settings = yield Stmt("next_due", {"queue": queue})
+        return (earliest, *settings.rows[0])
 
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Plan[list[RenewOutcome]]:
         """Read first, then write: without ``UPDATE ... RETURNING`` the renewed leases

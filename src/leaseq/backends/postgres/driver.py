@@ -57,12 +57,24 @@ class PostgresOps(SqlOps):
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
-        default_lease: float = 30.0,
+        default_lease: float = 30.0, limited: Sequence[str] = (),
     ) -> Plan[list[Job]]:
-        params = {"queues": list(queues), "limit": limit, "lease": lease,
-                  "default_lease": default_lease, "worker_id": worker_id}
+        takes: dict[str, int] = {}
+        buckets: dict[str, float] = {}
+        names = list(queues)
+        if limited:
+            takes, buckets = yield from self.allowances(limited, limit)
+            names = [name for name in names if takes.get(name, 1) > 0]
+            if not names:
+                return []
+        params = {"queues": names, "takes": [takes.get(name) for name in names],
+                  "limit": limit, "lease": lease, "default_lease": default_lease,
+                  "worker_id": worker_id}
         r = yield Stmt("claim", params)
-        return self.jobs(r.rows)
+        jobs = self.jobs(r.rows)
+        if buckets:
+            yield from self.spend(buckets, jobs)
+        return jobs
 
     # These plans are one statement here, atomic without BEGIN/COMMIT round trips.
     SINGLE = frozenset({"claim", "complete", "complete_many", "renew", "renew_many"})

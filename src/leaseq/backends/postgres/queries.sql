@@ -59,11 +59,18 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- of the probes. Each job's lease (returned last): :lease when given, else the job's own,
 -- else its queue's default_lease, else :default_lease; capped by the queue's max_lease
 -- (LEAST ignores NULL), as ops.lease_for says. The job's headers come after it.
+--
+-- Flow control: :takes gives, per queue, how many jobs it may start (NULL: as many as
+-- :limit allows). A queue whose stored settings set a concurrency_limit or a rate_per_sec
+-- is claimed only with a take, which SqlOps.claim works out under its settings row's lock;
+-- a client that does not know of the limit yet claims nothing from it, so it cannot
+-- overshoot. Queues without limits pay only this check of a row read anyway.
 WITH settings AS MATERIALIZED (
-    SELECT q.name, s.default_lease, s.max_lease
-    FROM unnest(:queues::text[]) AS q(name)
+    SELECT q.name, q.take, s.default_lease, s.max_lease
+    FROM unnest(:queues::text[], :takes::integer[]) AS q(name, take)
     LEFT JOIN {prefix}queues AS s ON s.name = q.name
     WHERE s.paused IS NOT TRUE
+      AND (q.take IS NOT NULL OR (s.concurrency_limit IS NULL AND s.rate_per_sec IS NULL))
 ), picked AS MATERIALIZED (
     SELECT c.id,
            LEAST(COALESCE(:lease::float8, c.lease, q.default_lease, :default_lease::float8),
@@ -73,7 +80,7 @@ WITH settings AS MATERIALIZED (
         SELECT id, priority, available_at, lease FROM {prefix}jobs
         WHERE queue = q.name AND state = 'available' AND available_at <= now()
         ORDER BY priority DESC, available_at, id
-        LIMIT :limit
+        LIMIT LEAST(:limit, q.take)
         FOR UPDATE SKIP LOCKED
     ) AS c
     ORDER BY c.priority DESC, c.available_at, c.id
@@ -525,10 +532,11 @@ LIMIT :limit;
 -- not paused; an existing row changes only the columns whose :set_<name> is true.
 INSERT INTO {prefix}queues AS q (name, paused, max_attempts, base_backoff, max_backoff,
                                  jitter, default_lease, max_lease, max_jobs, max_touches,
-                                 max_touch_duration, min_touch_interval, dead_retention)
+                                 max_touch_duration, min_touch_interval, dead_retention,
+                                 concurrency_limit, rate_per_sec, rate_burst)
 VALUES (:queue, false, :max_attempts, :base_backoff, :max_backoff, :jitter, :default_lease,
         :max_lease, :max_jobs, :max_touches, :max_touch_duration, :min_touch_interval,
-        :dead_retention)
+        :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = CASE WHEN :set_max_attempts THEN excluded.max_attempts
                         ELSE q.max_attempts END,
@@ -547,13 +555,20 @@ ON CONFLICT (name) DO UPDATE SET
                               ELSE q.min_touch_interval END,
     dead_retention = CASE WHEN :set_dead_retention THEN excluded.dead_retention
                           ELSE q.dead_retention END,
+    concurrency_limit = CASE WHEN :set_concurrency_limit THEN excluded.concurrency_limit
+                             ELSE q.concurrency_limit END,
+    rate_per_sec = CASE WHEN :set_rate_per_sec THEN excluded.rate_per_sec
+                        ELSE q.rate_per_sec END,
+    rate_burst = CASE WHEN :set_rate_burst THEN excluded.rate_burst ELSE q.rate_burst END,
     updated_at = now()
 RETURNING name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
-          max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention;
+          max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
+          concurrency_limit, rate_per_sec, rate_burst;
 
 -- name: queue_configs
 SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
-       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention
+       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
+       concurrency_limit, rate_per_sec, rate_burst
 FROM {prefix}queues ORDER BY name;
 
 -- name: queue_rows
@@ -562,3 +577,65 @@ SELECT name, paused FROM {prefix}queues;
 
 -- name: server_version
 SHOW server_version;
+
+-- name: lock_limits
+-- A claim of queues with limits: their settings rows, locked in name order (two claims
+-- cannot deadlock) until the claim commits, so claimers of a limited queue count and
+-- spend one after another; with each, the seconds since its bucket was last spent (by
+-- clock_timestamp(), as spend_tokens dates it).
+SELECT name, concurrency_limit, rate_per_sec, rate_burst, rate_tokens,
+       EXTRACT(EPOCH FROM clock_timestamp() - rate_at)
+FROM {prefix}queues
+WHERE name = ANY(:names) AND NOT paused
+ORDER BY name
+FOR UPDATE;
+
+-- name: running_counts
+-- Running jobs of the named queues, along the lease index (every queue's running jobs:
+-- bounded by the workers' slots; see live_count for why there is no per-queue index).
+SELECT queue, count(*) FROM {prefix}jobs
+WHERE state = 'running' AND queue = ANY(:names)
+GROUP BY queue;
+
+-- name: spend_tokens
+-- :started jobs took a token each. The bucket is refilled up to this statement's clock
+-- first: clock_timestamp(), not now(), because claims that queued for the row lock began
+-- their transactions in another order than they got it, and a bucket dated by a
+-- transaction's start could be dated back and so refill twice. Read while the lock is
+-- held, the clock only moves forward from one holder to the next.
+UPDATE {prefix}queues
+SET rate_tokens = LEAST(COALESCE(rate_burst, 1),
+                        COALESCE(rate_tokens + GREATEST(0, EXTRACT(EPOCH FROM
+                                     clock_timestamp() - rate_at)) * rate_per_sec,
+                                 COALESCE(rate_burst, 1))) - :started,
+    rate_at = clock_timestamp()
+WHERE name = :queue;
+
+-- name: next_due
+-- One queue's share of next_due: seconds until its earliest available job is due (<= 0:
+-- one is due now; NULL: none), then its settings row. The earliest is the least of each
+-- priority's first entry in the claim index, reached by a skip scan over the priorities
+-- (a recursive CTE, one index probe per distinct priority), not by reading every
+-- scheduled job.
+WITH RECURSIVE prio(p) AS (
+    SELECT (SELECT priority FROM {prefix}jobs
+            WHERE queue = :queue AND state = 'available'
+            ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM {prefix}jobs
+            WHERE queue = :queue AND state = 'available' AND priority < prio.p
+            ORDER BY priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+)
+SELECT EXTRACT(EPOCH FROM
+           (SELECT min((SELECT available_at FROM {prefix}jobs
+                        WHERE queue = :queue AND state = 'available' AND priority = prio.p
+                        ORDER BY priority DESC, available_at LIMIT 1))
+            FROM prio WHERE prio.p IS NOT NULL) - now()),
+       s.paused, s.concurrency_limit,
+       CASE WHEN s.concurrency_limit IS NULL THEN 0
+            ELSE (SELECT count(*) FROM {prefix}jobs
+                  WHERE state = 'running' AND queue = :queue) END,
+       s.rate_per_sec, s.rate_burst, s.rate_tokens, EXTRACT(EPOCH FROM now() - s.rate_at)
+FROM (SELECT 1) AS one
+LEFT JOIN {prefix}queues AS s ON s.name = :queue;

@@ -51,7 +51,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_VERSION = (6, 2)
 ROUND = 1000  # most jobs one kick, reclaim or prune script handles: keeps each one short
 CHUNK = 256  # most queues one stats, reclaim or prune script reads
-INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches"})  # the rest: floats
+INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches", "concurrency_limit",
+                          "rate_burst"})  # the rest: floats
 
 
 @dataclass(frozen=True)
@@ -251,8 +252,10 @@ class RedisOps:
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
         default_lease: float = 30.0,
     ) -> Plan[list[Job]]:
-        """The script resolves each job's lease (``claim.lua``) and replies the fields a
-        ``Job`` needs, by position."""
+        """The script resolves each job's lease and each queue's limits (``claim.lua``)
+        and replies the fields a ``Job`` needs, by position. No ``limited`` (the backend
+        drops it): the script reads every queue's limits in the same HMGET as its lease
+        settings, atomically, so the client's belief about limits changes nothing."""
         keys = [key for queue in queues for key in self.k.queue(queue)]
         reply = yield Call("claim", keys, (worker_id, opt(lease), limit, repr(default_lease)))
         jobs = []
@@ -269,6 +272,14 @@ class RedisOps:
             self.located.put(job.id, queue)
             jobs.append(job)
         return jobs
+
+    def next_due(self, queues: Sequence[str]) -> Plan[float | None]:
+        """One read-only script over the queues (``next_due.lua``), by the server's clock."""
+        if not queues:
+            return None
+        keys = [key for queue in queues for key in self.k.queue(queue)]
+        reply = yield Call("next_due", keys)
+        return None if reply is None else float(reply)
 
     # -- calls on one job --------------------------------------------------------------
 

@@ -42,6 +42,9 @@ class SqliteDialect(Dialect):
     def ids(self, ids: Sequence[int]) -> Any:
         return json.dumps(list(ids))
 
+    def names(self, names: Sequence[str]) -> Any:
+        return json.dumps(list(names))
+
     def pairs(self, pairs: Sequence[tuple[int, int]]) -> Any:
         return json.dumps([list(pair) for pair in pairs])
 

@@ -36,6 +36,10 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- ops.lease_for needs: the job's own lease and its queue's default_lease and max_lease
 -- (subqueries that do not depend on the row, so they run once per branch); then the
 -- job's headers.
+-- Flow control: :take is how many jobs the branch may return. :gate 1 leaves out a queue
+-- whose settings set a concurrency_limit or a rate_per_sec: those are claimed only with
+-- :gate 0 and a :take SqlOps.claim worked out from their limits (lock_limits), so a client
+-- that does not know of a limit yet claims nothing from the queue.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, NULL, NULL, created_at, available_at,
        (julianday('now') - 2440587.5) * 86400.0, lease,
@@ -44,9 +48,11 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
 FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
-  AND NOT EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue AND paused = 1)
+  AND NOT EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue
+                  AND (paused = 1 OR (:gate = 1 AND (concurrency_limit IS NOT NULL
+                                                     OR rate_per_sec IS NOT NULL))))
 ORDER BY priority DESC, available_at, id
-LIMIT :limit;
+LIMIT :take;
 
 -- name: claim_ids
 -- :until is :now (read by claim_candidates) plus the lease, added in Python as SQLite would
@@ -497,10 +503,11 @@ LIMIT :limit;
 -- not paused; an existing row changes only the columns whose :set_<name> is true.
 INSERT INTO {prefix}queues (name, paused, max_attempts, base_backoff, max_backoff, jitter,
                             default_lease, max_lease, max_jobs, max_touches,
-                            max_touch_duration, min_touch_interval, dead_retention)
+                            max_touch_duration, min_touch_interval, dead_retention,
+                                 concurrency_limit, rate_per_sec, rate_burst)
 VALUES (:queue, 0, :max_attempts, :base_backoff, :max_backoff, :jitter, :default_lease,
         :max_lease, :max_jobs, :max_touches, :max_touch_duration, :min_touch_interval,
-        :dead_retention)
+        :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = CASE WHEN :set_max_attempts THEN excluded.max_attempts
                         ELSE max_attempts END,
@@ -519,13 +526,20 @@ ON CONFLICT (name) DO UPDATE SET
                               ELSE min_touch_interval END,
     dead_retention = CASE WHEN :set_dead_retention THEN excluded.dead_retention
                           ELSE dead_retention END,
+    concurrency_limit = CASE WHEN :set_concurrency_limit THEN excluded.concurrency_limit
+                             ELSE concurrency_limit END,
+    rate_per_sec = CASE WHEN :set_rate_per_sec THEN excluded.rate_per_sec
+                        ELSE rate_per_sec END,
+    rate_burst = CASE WHEN :set_rate_burst THEN excluded.rate_burst ELSE rate_burst END,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 RETURNING name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
-          max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention;
+          max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
+          concurrency_limit, rate_per_sec, rate_burst;
 
 -- name: queue_configs
 SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
-       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention
+       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
+       concurrency_limit, rate_per_sec, rate_burst
 FROM {prefix}queues ORDER BY name;
 
 -- name: queue_rows
@@ -534,3 +548,57 @@ SELECT name, paused FROM {prefix}queues;
 
 -- name: server_version
 SELECT sqlite_version();
+
+-- name: lock_limits
+-- A claim of queues with limits: their settings rows (BEGIN IMMEDIATE already serialises
+-- every writer, so nothing to lock), each with the seconds since its bucket was last spent.
+SELECT name, concurrency_limit, rate_per_sec, rate_burst, rate_tokens,
+       (julianday('now') - 2440587.5) * 86400.0 - rate_at
+FROM {prefix}queues
+WHERE name IN (SELECT value FROM json_each(:names)) AND paused = 0
+ORDER BY name;
+
+-- name: running_counts
+-- Running jobs of the named queues, along the lease index (see live_count).
+SELECT queue, COUNT(*) FROM {prefix}jobs
+WHERE state = 'running' AND queue IN (SELECT value FROM json_each(:names))
+GROUP BY queue;
+
+-- name: spend_tokens
+-- :started jobs took a token each; the bucket is refilled up to this statement's clock
+-- first (writers are serialised, so the clock only moves forward between them).
+UPDATE {prefix}queues
+SET rate_tokens = min(COALESCE(rate_burst, 1),
+                      COALESCE(rate_tokens + max(0, (julianday('now') - 2440587.5) * 86400.0
+                                                    - rate_at) * rate_per_sec,
+                               COALESCE(rate_burst, 1))) - :started,
+    rate_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE name = :queue;
+
+-- name: next_due
+-- One queue's share of next_due: seconds until its earliest available job is due (<= 0:
+-- one is due now; NULL: none), then its settings row. The earliest is the least of each
+-- priority's first entry in the claim index, reached by a skip scan over the priorities
+-- (one index probe per distinct priority), not by reading every scheduled job.
+WITH RECURSIVE prio(p) AS (
+    SELECT (SELECT priority FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
+            WHERE queue = :queue AND state = 'available'
+            ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
+            WHERE queue = :queue AND state = 'available' AND priority < prio.p
+            ORDER BY priority DESC LIMIT 1)
+    FROM prio WHERE prio.p IS NOT NULL
+)
+SELECT (SELECT min((SELECT available_at FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
+                    WHERE queue = :queue AND state = 'available' AND priority = prio.p
+                    ORDER BY priority DESC, available_at LIMIT 1))
+        FROM prio WHERE prio.p IS NOT NULL) - (julianday('now') - 2440587.5) * 86400.0,
+       s.paused, s.concurrency_limit,
+       CASE WHEN s.concurrency_limit IS NULL THEN 0
+            ELSE (SELECT COUNT(*) FROM {prefix}jobs
+                  WHERE state = 'running' AND queue = :queue) END,
+       s.rate_per_sec, s.rate_burst, s.rate_tokens,
+       (julianday('now') - 2440587.5) * 86400.0 - s.rate_at
+FROM (SELECT 1) AS one
+LEFT JOIN {prefix}queues AS s ON s.name = :queue;

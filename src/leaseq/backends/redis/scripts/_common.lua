@@ -27,7 +27,10 @@
 --   {P:Q}:unique           HASH    unique_key -> id of the live job that holds it
 --   {P:Q}:paused           STRING  "1" while the queue is paused (claims skip it)
 --   {P:Q}:settings         HASH    the queue's settings (QUEUE_SETTINGS names -> the value
---                                  as Python wrote it: durations in seconds); absent = default
+--                                  as Python wrote it: durations in seconds); absent = default;
+--                                  and the rate bucket of a queue with rate_per_sec:
+--                                  rate_tokens (decimal text) and rate_at (µs), written by
+--                                  the claims that spend tokens (FLOW CONTROL below)
 --   {P:Q}:finished         HASH    unique_key -> id of the newest finished job that held
 --                                  it (enqueue's unique_for window); pruned with history
 --   {P:Q}:buried           ZSET    dead jobs again: score = when they went dead (µs),
@@ -39,9 +42,10 @@
 -- WAKE CHANNEL (pub/sub, not a key): P:wake. A script that puts jobs of queue Q into its
 -- ready set (make_available of a due job, resume) PUBLISHes Q there, once per queue per
 -- call, unless Q is paused; listening workers (worker/listen.py) then claim at once
--- instead of at their next poll. Delayed jobs publish nothing (the poll finds them), nor
--- does claim's own promotion of due delayed jobs. keys.py (Keys.wake) builds the same
--- name; wake() below takes P and Q from the queue's "{P:Q}:job:" key prefix, since
+-- instead of at their next poll. A delayed job publishes only when it becomes the
+-- queue's earliest scheduled job, so idle workers asleep until a later one (next_due)
+-- wake, find nothing due and re-arm for it; claim's own promotion publishes nothing.
+-- keys.py (Keys.wake) builds the same name; wake() below takes P and Q from the queue's "{P:Q}:job:" key prefix, since
 -- neither may hold ":" or "}". The PUBLISH is a hint: it goes through redis.pcall, so
 -- a user whose ACL denies the channel still has every script work, and is only woken
 -- by polling.
@@ -168,6 +172,8 @@ local function make_available(q, id, at, priority, now)
     wake(q)
   else
     redis.call('ZADD', q.delayed, at, id)
+    -- The new earliest scheduled job: idle workers sleeping toward a later one re-arm.
+    if redis.call('ZRANGE', q.delayed, 0, 0)[1] == tostring(id) then wake(q) end
   end
 end
 
@@ -338,6 +344,63 @@ local function touch(q, key, id, token, extend, now, limits)
              'touched_at', int(now))
   redis.call('ZADD', q.running, lease_until, id)
   return {lease_until, cancel}
+end
+
+-- ---------------------------------------------------------------------------------------
+-- FLOW CONTROL: _core/limits.py in Lua, step for step (tests/test_redis_limits.py holds
+-- the two equal). A queue's bucket is rate_tokens as of rate_at; with neither stored (no
+-- claim has spent yet) it is full.
+
+-- The settings fields flow control reads, in one HMGET with whatever else a script needs.
+local LIMIT_FIELDS = {'concurrency_limit', 'rate_per_sec', 'rate_burst', 'rate_tokens',
+                      'rate_at'}
+
+-- Decimal text that reads back as the same double (Python's float() and Lua's tonumber).
+local function decimal(x)
+  return string.format('%.17g', x)
+end
+
+-- limits.tokens_now: tokens `elapsed` seconds after the bucket held `tokens` (nil: full).
+local function tokens_now(rate, burst, tokens, elapsed)
+  local size = burst or 1
+  if not tokens or not elapsed then return size end
+  return math.min(size, tokens + math.max(0, elapsed) * rate)
+end
+
+-- The tokens now (µs) in the bucket described by settings `s` (fields of LIMIT_FIELDS).
+local function bucket_tokens(s, now)
+  local elapsed = s.rate_at and (now - tonumber(s.rate_at)) / 1000000
+  return tokens_now(tonumber(s.rate_per_sec), s.rate_burst and tonumber(s.rate_burst),
+                    s.rate_tokens and tonumber(s.rate_tokens), elapsed)
+end
+
+-- limits.allowance: how many jobs one claim may start in a queue.
+local function allowance(limit, concurrency_limit, running, rate, tokens)
+  local n = limit
+  if concurrency_limit then n = math.min(n, concurrency_limit - running) end
+  if rate and tokens then
+    -- A hair below a whole token counts as one: tokens refill by float arithmetic.
+    n = math.min(n, math.floor(tokens + 1e-9))
+  end
+  return math.max(0, n)
+end
+
+-- limits.token_wait: seconds until a bucket holding `tokens` now holds a whole one.
+local function token_wait(rate, tokens)
+  return math.max(0, (1 - tokens) / rate)
+end
+
+-- limits.next_start: seconds until one of a queue's jobs may next be claimable, or nil.
+local function next_start(earliest, running, concurrency_limit, rate, tokens)
+  if not earliest then return nil end
+  if earliest > 0 then
+    local wait = earliest
+    if rate and tokens then wait = math.max(wait, token_wait(rate, tokens)) end  -- both
+    return wait
+  end
+  if concurrency_limit and running >= concurrency_limit then return nil end
+  if rate and tokens then return token_wait(rate, tokens) end
+  return 0
 end
 
 -- ---------------------------------------------------------------------------------------

@@ -16,6 +16,16 @@
 -- The lease token is max(previous token + 1, now in µs): strictly increasing per job,
 -- and still fresh after a server restart that lost the last writes (docs/redis.md).
 --
+-- Flow control (Backend.claim): a queue takes at most allowance() of its candidates,
+-- the room under its concurrency_limit (its running set's size) and the whole tokens of
+-- its rate bucket (bucket_tokens). Each queue that spent tokens stores what is left
+-- (rate_tokens) and when (rate_at) in its settings hash. The script is atomic, so racing
+-- claimers see each other's spending and can never exceed a limit. The limits come in
+-- the one HMGET of the settings that a queue with candidates made already for its
+-- leases: a queue without limits sends no more commands than before, and an empty one
+-- (an idle worker's poll) reads no settings at all. (Reading them before the ZRANGE, to
+-- fetch only the allowance, cost idle polls about a quarter of their throughput.)
+--
 -- KEYS: one GROUP of keys per queue (_common.lua); several groups = several queues
 -- ARGV[1] worker_id   ARGV[2] lease (optional, seconds)   ARGV[3] limit
 -- ARGV[4] default_lease (seconds)
@@ -29,6 +39,7 @@ local worker, lease, limit = ARGV[1], opt(ARGV[2]), tonumber(ARGV[3])
 local promote = math.max(limit, 1000)
 
 local candidates = {}
+local spending = {}  -- the rate-limited queues, with their bucket's tokens now
 for first = 1, #KEYS, GROUP do
   local q = queue_at(first)
   if redis.call('EXISTS', q.paused) == 0 then
@@ -40,12 +51,24 @@ for first = 1, #KEYS, GROUP do
     if #due > 0 then redis.call('ZREMRANGEBYRANK', q.delayed, 0, #due - 1) end
     local top = redis.call('ZRANGE', q.ready, 0, limit - 1, 'WITHSCORES')
     if #top > 0 then
-      local s = fields(q.settings, 'default_lease', 'max_lease')
+      local s = fields(q.settings, 'default_lease', 'max_lease', unpack(LIMIT_FIELDS))
       q.default_lease = s.default_lease or ARGV[4]
       q.max_lease = s.max_lease
-    end
-    for i = 1, #top, 2 do
-      candidates[#candidates + 1] = {tonumber(top[i + 1]), top[i], q}
+      local take = limit
+      if s.concurrency_limit or s.rate_per_sec then
+        local cap = s.concurrency_limit and tonumber(s.concurrency_limit)
+        local rate = s.rate_per_sec and tonumber(s.rate_per_sec)
+        local running = cap and redis.call('ZCARD', q.running) or 0
+        local tokens = rate and bucket_tokens(s, now)
+        take = allowance(limit, cap, running, rate, tokens)
+        if rate then
+          q.claimed = 0
+          spending[#spending + 1] = {q, tokens}
+        end
+      end
+      for i = 1, math.min(#top, 2 * take), 2 do
+        candidates[#candidates + 1] = {tonumber(top[i + 1]), top[i], q}
+      end
     end
   end
 end
@@ -83,5 +106,14 @@ for i = 1, math.min(limit, #candidates) do
   redis.call('ZADD', q.running, lease_until, id)
   out[#out + 1] = {id, f.queue, f.kind, f.payload, f.priority, attempts, f.max_attempts,
                    f.unique_key, token, lease_until, f.created_at, seconds, f.headers}
+  if q.claimed then q.claimed = q.claimed + 1 end
+end
+-- Only a claim that started jobs spends: one that found none leaves the bucket's clock
+-- alone, so the refill since the last spending is never lost.
+for _, spent in ipairs(spending) do
+  local q, tokens = spent[1], spent[2]
+  if q.claimed > 0 then
+    redis.call('HSET', q.settings, 'rate_tokens', decimal(tokens - q.claimed), 'rate_at', t)
+  end
 end
 return out
