@@ -36,6 +36,7 @@ from leaseq.errors import (
     ValidationError,
 )
 from leaseq.outcomes import Bury, Discard, Retry
+from leaseq.schedules import Schedule
 from leaseq.tasks import App, BoundTask, Task
 from leaseq.worker import JobContext, Worker, current_job
 
@@ -72,6 +73,7 @@ __all__ = [
     "QueueFull",
     "QueueStats",
     "Retry",
+    "Schedule",
     "SchemaMissing",
     "ServerStats",
     "Settings",

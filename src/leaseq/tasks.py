@@ -14,7 +14,9 @@ results annotated with dataclasses, pydantic models, ``datetime`` and a few othe
 are stored as JSON and rebuilt before the call (``_typed.py``, docs/typed-payloads.md).
 
 ``on_failure`` and ``on_dead`` hooks, per task or for the whole app, are told about failed
-attempts and dead jobs (docs/hooks.md).
+attempts and dead jobs (docs/hooks.md). ``App.periodic`` and ``App.schedule`` enqueue a
+task's job on a cron or fixed-period schedule, from every worker of the app, once per tick
+(docs/schedules.md).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from leaseq import _typed
@@ -38,6 +41,7 @@ from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
 from leaseq.errors import ConfigurationError, InvalidArgument
+from leaseq.schedules import Schedule, new_schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -269,6 +273,7 @@ class App:
         self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self._schedules: dict[str, Schedule] = {}
         self.eager = False
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
@@ -377,6 +382,86 @@ class App:
             return task
 
         return register(fn) if fn is not None else register
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]:
+        """The app's schedules by name (read-only), in the order they were declared."""
+        return MappingProxyType(self._schedules)
+
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        name: str | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        catch_up: float | timedelta | None = None,
+    ) -> Callable[[Task[P, R]], Task[P, R]]:
+        """Run a task on a schedule; put it above ``@app.task``::
+
+            @app.periodic(cron="*/5 * * * *", tz="Europe/Berlin")
+            @app.task(queue="reports")
+            def refresh() -> None: ...
+
+        Takes ``App.schedule``'s arguments and returns the task unchanged.
+        """
+
+        def declare(task: Task[P, R]) -> Task[P, R]:
+            if not isinstance(task, Task):
+                raise ConfigurationError(
+                    f"@app.periodic needs a task, got {task!r}: put @app.periodic above "
+                    "@app.task")
+            self.schedule(task, cron=cron, every=every, tz=tz, kwargs=kwargs, name=name,
+                          catch_up=catch_up)
+            return task
+
+        return declare
+
+    def schedule(
+        self,
+        task: Task[Any, Any],
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        catch_up: float | timedelta | None = None,
+    ) -> Schedule:
+        """Enqueue ``task``'s job at each tick of a schedule, from every worker of this app,
+        once per tick however many run (docs/schedules.md)::
+
+            app.schedule(send_report, cron="0 8 * * 1-5", kwargs={"team": "ops"},
+                         name="weekday-report")
+
+        Args:
+            task: A task of this app.
+            cron: A cron expression (5 fields, or 6 with seconds first), read in ``tz``.
+            every: Instead of ``cron``: a period in seconds (or a timedelta); the ticks are
+                its multiples since the Unix epoch, the same on every host.
+            tz: IANA time zone for ``cron`` (DST-aware) and for listings. Defaults to UTC.
+            kwargs: The task's keyword arguments for each job, checked against its
+                signature now.
+            name: Unique in the app, at most 150 characters. Defaults to the task's name.
+            catch_up: At start-up, a tick missed while no worker ran is enqueued when
+                younger than this (seconds or a timedelta). Defaults to None: missed ticks
+                are skipped and logged.
+
+        Raises:
+            ConfigurationError: Not exactly one of cron and every, a bad cron expression,
+                period or time zone, kwargs the task refuses, or a name already used.
+        """
+        if not isinstance(task, Task) or task.app is not self:
+            raise ConfigurationError(
+                f"app.schedule needs a task of this app (made by @app.task), got {task!r}")
+        declared = new_schedule(task, cron=cron, every=every, tz=tz, kwargs=kwargs,
+                                name=name, catch_up=catch_up)
+        if declared.name in self._schedules:
+            raise ConfigurationError(
+                f"a schedule named {declared.name!r} is already declared; pass name=")
+        self._schedules[declared.name] = declared
+        return declared
 
     def run_eagerly(self, task: Task[Any, Any], payload: dict[str, Any]) -> EnqueueResult:
         """Inline mode (``leaseq.testing.inline``): run the call now, in this thread, with

@@ -23,6 +23,7 @@ import click
 import leaseq
 from leaseq.backends._sql.plan import load_migrations
 from leaseq.cli.dashboard import dashboard as dashboard_command
+from leaseq.cli.schedules import schedules as schedules_command
 
 F = TypeVar("F", bound=Callable[..., Any])
 DIALECTS = {
@@ -577,6 +578,7 @@ def bench(url: str, jobs: int, workers: int, concurrency: int | None, seconds: f
 
 
 cli.add_command(dashboard_command)
+cli.add_command(schedules_command)
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ from leaseq.errors import (
 from leaseq.tasks import App, Task
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
+from leaseq.worker.scheduler import Scheduler
 
 if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
@@ -216,6 +217,12 @@ class Worker:
         unsubscribe = wakeup.subscribe(wakeup.key(self.app.url, self.app.settings.table_prefix),
                                        self._on_local_enqueue)
         helpers = [asyncio.create_task(self._maintenance(aq), name="leaseq-maintenance")]
+        if self.app.schedules:
+            # Every worker runs every schedule: each tick's job is keyed, so it is
+            # enqueued once however many run (docs/schedules.md).
+            scheduler = Scheduler(self.app, aq)
+            helpers.append(asyncio.create_task(scheduler.run(lambda: self.stopping),
+                                               name="leaseq-scheduler"))
         listener = self._listener(aq.backend)
         if listener is not None:
             helpers.append(listener)
