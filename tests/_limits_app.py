@@ -5,11 +5,11 @@ file each handler appends its start and end to (JSON lines written with O_APPEND
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import leaseq
+from tests._processes import append_event
 
 app = leaseq.App(os.environ.get("LEASEQ_TEST_URL", "memory://limits-tests"),
                  table_prefix=os.environ.get("LEASEQ_TEST_PREFIX", "leaseq_"))
@@ -18,13 +18,7 @@ app = leaseq.App(os.environ.get("LEASEQ_TEST_URL", "memory://limits-tests"),
 def _log(event: str) -> None:
     ctx = leaseq.current_job()
     assert ctx is not None
-    line = json.dumps({"event": event, "job": ctx.job.id, "pid": os.getpid(),
-                       "t": time.monotonic()})
-    fd = os.open(os.environ["LEASEQ_TEST_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    append_event(event=event, job=ctx.job.id, pid=os.getpid(), t=time.monotonic())
 
 
 @app.task(queue="limited", name="hold")

@@ -7,10 +7,10 @@ LEASEQ_TEST_URL, LEASEQ_TEST_PREFIX: the database; LEASEQ_TEST_LOG: a file each 
 
 from __future__ import annotations
 
-import json
 import os
 
 import leaseq
+from tests._processes import append_event
 
 app = leaseq.App(
     os.environ.get("LEASEQ_TEST_URL", "memory://schedule-tests"),
@@ -22,15 +22,8 @@ app = leaseq.App(
 @app.task(queue="sched", name="beat")
 def beat() -> None:
     ctx = leaseq.current_job()
-    path = os.environ.get("LEASEQ_TEST_LOG")
-    if not path or ctx is None:
-        return
-    line = json.dumps({"job": ctx.job.id, "key": ctx.job.unique_key, "pid": os.getpid()})
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    if ctx is not None:
+        append_event(job=ctx.job.id, key=ctx.job.unique_key, pid=os.getpid())
 
 
 @app.task(queue="reports", name="send_report")

@@ -9,92 +9,35 @@ never more starts in any one-second window than a ``rate_per_sec`` bucket allows
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-import leaseq
+from tests._processes import WorkerFleet
 from tests.conftest import require
-from tests.helpers import (
-    MYSQL_URL,
-    POSTGRES_URL,
-    REDIS_URL,
-    drop_tables,
-    new_prefix,
-    wait_for,
-)
+from tests.helpers import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class Fleet:
-    """A database, an event log and the worker processes of one test."""
-
-    def __init__(self, backend: str, tmp: Path) -> None:
-        self.backend = backend
-        self.url = {"sqlite": f"sqlite:///{tmp}/limits.db", "postgres": POSTGRES_URL,
-                    "mysql": MYSQL_URL, "redis": REDIS_URL}[backend]
-        self.prefix = new_prefix()
-        self.log = tmp / "events.jsonl"
-        self.tmp = tmp
-        self.procs: list[subprocess.Popen[str]] = []
-        self.q = leaseq.connect(self.url, table_prefix=self.prefix)
-        self.q.migrate()
-
-    def start(self, workers: int, queue: str) -> None:
-        env = {**os.environ, "LEASEQ_TEST_URL": self.url, "LEASEQ_TEST_PREFIX": self.prefix,
-               "LEASEQ_TEST_LOG": str(self.log), "PYTHONPATH": str(ROOT)}
-        for n in range(workers):
-            with open(self.tmp / f"worker{n}.log", "w") as out:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "leaseq.cli", "worker", "tests._limits_app:app",
-                     "--queues", queue, "--concurrency", "8", "--poll-interval", "0.2"],
-                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True))
-
-    def events(self) -> list[dict[str, float]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
-
-    def finished(self, queue: str, n: int) -> bool:
-        stats = self.q.stats().get(queue)
-        return stats is not None and stats.completed == n
-
-    def outputs(self) -> str:
-        return "\n".join((self.tmp / f"worker{i}.log").read_text()
-                         for i in range(len(self.procs)))
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        self.q.close()
-        drop_tables(self.backend, self.prefix)
+WORKER = ("tests._limits_app:app", "--concurrency", "8", "--poll-interval", "0.2")
 
 
 @pytest.fixture(params=["sqlite", "postgres", "mysql", "redis"])
-def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
+def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorkerFleet]:
     require(request.param)
-    scenario = Fleet(request.param, tmp_path)
+    scenario = WorkerFleet(request.param, tmp_path)
     try:
         yield scenario
     finally:
         scenario.close()
 
 
-def most_at_once(events: list[dict[str, float]]) -> int:
+def finished(fleet: WorkerFleet, queue: str, n: int) -> bool:
+    stats = fleet.q.stats().get(queue)
+    return stats is not None and stats.completed == n
+
+
+def most_at_once(events: list[dict[str, Any]]) -> int:
     """The most handlers running at one moment, from their start and end events (an end
     and a start at the same instant do not overlap)."""
     edges = sorted((e["t"], 0 if e["event"] == "end" else 1) for e in events)
@@ -105,13 +48,14 @@ def most_at_once(events: list[dict[str, float]]) -> int:
     return peak
 
 
-def test_concurrency_limit_holds_across_worker_processes(fleet: Fleet) -> None:
+def test_concurrency_limit_holds_across_worker_processes(fleet: WorkerFleet) -> None:
     jobs = 16
     fleet.q.configure_queue("limited", concurrency_limit=2)
     fleet.q.enqueue_many([{"queue": "limited", "kind": "hold", "payload": {"seconds": 0.15}}
                           for _ in range(jobs)])
-    fleet.start(2, "limited")
-    wait_for(lambda: fleet.finished("limited", jobs), timeout=60,
+    for _ in range(2):
+        fleet.start(*WORKER, "--queues", "limited")
+    wait_for(lambda: finished(fleet, "limited", jobs), timeout=60,
              message=f"{jobs} jobs completed; workers said:\n{fleet.outputs()}")
     events = fleet.events()
     starts = [e for e in events if e["event"] == "start"]
@@ -120,13 +64,14 @@ def test_concurrency_limit_holds_across_worker_processes(fleet: Fleet) -> None:
     assert most_at_once(events) == 2  # never more than the limit, and the limit reached
 
 
-def test_rate_limit_holds_across_worker_processes(fleet: Fleet) -> None:
+def test_rate_limit_holds_across_worker_processes(fleet: WorkerFleet) -> None:
     jobs = 30
     fleet.q.configure_queue("rated", rate_per_sec=10, rate_burst=1)
     fleet.q.enqueue_many([{"queue": "rated", "kind": "tick", "payload": {}}
                           for _ in range(jobs)])
-    fleet.start(2, "rated")
-    wait_for(lambda: fleet.finished("rated", jobs), timeout=60,
+    for _ in range(2):
+        fleet.start(*WORKER, "--queues", "rated")
+    wait_for(lambda: finished(fleet, "rated", jobs), timeout=60,
              message=f"{jobs} jobs completed; workers said:\n{fleet.outputs()}")
     times = sorted(e["t"] for e in fleet.events() if e["event"] == "start")
     assert len(times) == jobs

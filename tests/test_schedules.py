@@ -26,18 +26,13 @@ import leaseq
 from leaseq.cli import cli
 from leaseq.schedules import KEY_PREFIX
 from leaseq.worker.scheduler import Scheduler
+from tests._processes import ROOT, WorkerFleet
 from tests.conftest import require
 from tests.helpers import (
-    MYSQL_URL,
-    POSTGRES_URL,
-    REDIS_URL,
-    drop_tables,
-    new_prefix,
     running,
     wait_for,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 UTC = timezone.utc
 
 
@@ -348,62 +343,25 @@ def test_a_failed_enqueue_is_logged_and_retried(
 # -- the done-check: three worker processes --------------------------------------------------
 
 
-PROCESS_URLS = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL, "redis": REDIS_URL}
-
-
-class Fleet:
-    """Worker processes of tests._schedule_app on one fresh database."""
-
-    def __init__(self, backend: str, tmp: Path) -> None:
-        self.backend = backend
-        self.url = PROCESS_URLS.get(backend, f"sqlite:///{tmp}/s.db")
-        self.prefix = new_prefix()
-        self.tmp = tmp
-        self.log = tmp / "runs.jsonl"
-        self.procs: list[subprocess.Popen[str]] = []
-        self.q = leaseq.connect(self.url, table_prefix=self.prefix)
-        self.q.migrate()
-
-    def start(self) -> None:
-        env = {**os.environ, "LEASEQ_TEST_URL": self.url, "LEASEQ_TEST_PREFIX": self.prefix,
-               "LEASEQ_TEST_LOG": str(self.log), "PYTHONPATH": str(ROOT)}
-        with open(self.tmp / f"worker{len(self.procs)}.log", "w") as out:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "leaseq.cli", "worker", "tests._schedule_app:app",
-                 "--concurrency", "2", "--grace", "10", "--poll-interval", "0.1",
-                 "--log-level", "INFO"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True))
-
-    def output(self, n: int) -> str:
-        return (self.tmp / f"worker{n}.log").read_text()
-
-    def runs(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-        self.q.close()
-        drop_tables(self.backend, self.prefix)
+WORKER = ("tests._schedule_app:app", "--concurrency", "2", "--grace", "10",
+          "--poll-interval", "0.1", "--log-level", "INFO")
 
 
 @pytest.fixture(params=["sqlite", "postgres", "mysql", "redis"])
-def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
+def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorkerFleet]:
     require(request.param)
-    workers = Fleet(request.param, tmp_path)
+    workers = WorkerFleet(request.param, tmp_path)
     try:
         yield workers
     finally:
         workers.close()
 
 
-def test_every_second_on_three_worker_processes_enqueues_each_tick_once(fleet: Fleet) -> None:
+def test_every_second_on_three_worker_processes_enqueues_each_tick_once(
+    fleet: WorkerFleet,
+) -> None:
     for _ in range(3):
-        fleet.start()
+        fleet.start(*WORKER)
     wait_for(lambda: all(" started: queues=" in fleet.output(n) for n in range(3)),
              timeout=60, interval=0.05, message="three workers up")
     begin = datetime.now(UTC)
@@ -421,7 +379,7 @@ def test_every_second_on_three_worker_processes_enqueues_each_tick_once(fleet: F
     window = [t for t in ticks if begin <= t <= end]
     assert 5 <= len(window) <= 7, (begin, end, ticks)
     assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(window)), window
-    runs = [run["key"] for run in fleet.runs()]
+    runs = [run["key"] for run in fleet.events()]
     assert len(runs) == len(set(runs)), "a tick ran twice"
     ran = {tick_of(key) for key in runs}
     assert all(t in ran for t in window if t <= end - timedelta(seconds=1)), (window, ran)
