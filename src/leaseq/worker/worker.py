@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -75,14 +76,17 @@ ASYNC_CONCURRENCY = 1000
 SYNC_CONCURRENCY = 10
 """Default cap (and thread count) when some task is a plain function."""
 IDLE_FLOOR = 0.002
+"""First wait after a claim came back empty; it doubles up to ``poll_interval``."""
 DUE_MARGIN = 0.0005
 """Slept past a job's due time, so that the claim after the sleep finds it due (timers may
 fire a little early)."""
-"""First wait after a claim came back empty; it doubles up to ``poll_interval``."""
 GATHER = 0.002
 """Seconds the fetch loop waits for more slots to free before claiming for a few..."""
 GATHER_BELOW = 8
 """...when fewer than this many (and under half) are free while jobs run."""
+MIN_RECLAIM = 0.1
+"""Shortest pause between the worker's reclaims (a client's reclaim_interval of 0 means
+"on every dequeue", which the worker's loop must not turn into a busy loop)."""
 HOOK_THREADS = 8
 """Threads that run plain (not ``async def``) failure hooks, apart from the jobs' pool."""
 
@@ -102,7 +106,9 @@ class Worker:
             the app's ``Settings.lease``; the queue's ``max_lease`` caps them all.
         grace: Seconds running jobs get to finish after a stop signal. Defaults to 30.
         poll_interval: Longest wait between polls of empty queues. Defaults to 1.
-        reclaim_interval: Seconds between reclaims of expired leases. Defaults to 5.
+        reclaim_interval: Seconds between reclaims of expired leases. Defaults to 5, or
+            the app's ``Settings.reclaim_interval`` (1 s) when that is shorter: the worker
+            reclaims in its maintenance task, never inline before a claim.
         prune_after: Prune history (completed, cancelled and discarded jobs) older than
             this many seconds: on the first maintenance pass, then about hourly. Defaults
             to None: history is kept until you prune it (``leaseq prune``, or
@@ -147,6 +153,7 @@ class Worker:
         self.grace = grace
         self.poll_interval = poll_interval
         self.reclaim_interval = reclaim_interval
+        self._reclaim_every = reclaim_interval
         self.prune_after = prune_after
         self.burst = burst
         self.metrics = metrics
@@ -205,7 +212,12 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
-        aq = AsyncQueue(self.app.url, self.app.settings)
+        # The client's own reclaim would run inline, before a claim, on the path from a
+        # job's due time to its start; the maintenance task reclaims as often instead.
+        inline = self.app.settings.reclaim_interval
+        if inline is not None:
+            self._reclaim_every = min(self.reclaim_interval, max(inline, MIN_RECLAIM))
+        aq = AsyncQueue(self.app.url, replace(self.app.settings, reclaim_interval=None))
         self._limits = aq._concurrency_limited
         if self.metrics is not None:
             self._metrics = self.metrics.recorder(aq.backend, self.queues, self._held_queues)
@@ -291,6 +303,7 @@ class Worker:
         assert self._wake is not None
         idle = 0.0
         gathered = False
+        again = False  # claimed again at once after next_due said a job is due now
         while not self.stopping:
             free = self.concurrency - self.running
             if free <= 0 or len(self.inflight) >= self.concurrency + self._completer.max_batch:
@@ -321,6 +334,9 @@ class Worker:
                 self._start(aq, job, started)
             if jobs:
                 idle = 0.0
+                again = False
+                # Let the handlers begin before the next claim's own Python runs.
+                await asyncio.sleep(0)
                 continue
             if self.burst and self.processed and not self.inflight:
                 log.info("queues empty: burst run done")
@@ -332,9 +348,20 @@ class Worker:
             # ...unless the database knows when a job comes due or a rate limit lets one
             # start: then sleep exactly that long, so a delayed job starts on time. An
             # enqueue (of an earlier job too) wakes the loop before then.
+            asked = time.monotonic()
             due = await self._next_due(aq)
             if due is not None and due > 0:
-                pause = min(due + DUE_MARGIN, self.poll_interval)
+                # Counted from the question, not the answer: the read's round trip is
+                # already part of the wait.
+                until = asked + due + DUE_MARGIN
+                pause = min(max(0.0, until - time.monotonic()), self.poll_interval)
+            elif due is not None and not again:
+                # Due now, yet the claim missed it: it came due between the two reads
+                # (SQLite's clock counts whole milliseconds) or another claimer held it.
+                # Claim again at once, once; after that the back-off keeps this from
+                # spinning on a job some other client holds.
+                again = True
+                pause = 0.0
             await self._wait(pause)
 
     async def _next_due(self, aq: AsyncQueue) -> float | None:
@@ -665,7 +692,7 @@ class Worker:
         next_prune = 0.0  # the first pass prunes; the passes' jitter spreads a fleet
         while True:
             # Jitter keeps a fleet of workers from reclaiming in step.
-            await asyncio.sleep(self.reclaim_interval * random.uniform(0.5, 1.5))
+            await asyncio.sleep(self._reclaim_every * random.uniform(0.5, 1.5))
             try:
                 reclaimed = await aq.reclaim()
                 if reclaimed:
