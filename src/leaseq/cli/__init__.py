@@ -477,7 +477,8 @@ def load_app(target: str) -> leaseq.App:
 @click.option("--poll-interval", type=float, default=1.0, show_default=True,
               help="Longest wait between polls of empty queues.")
 @click.option("--reclaim-interval", type=float, default=5.0, show_default=True,
-              help="Seconds between reclaims of expired leases.")
+              help="Seconds between reclaims of expired leases (at most the app's "
+                   "Settings.reclaim_interval, 1 s by default).")
 @click.option("--prune-history-after", type=duration, default=None, metavar="DURATION",
               help="Also prune history (completed, cancelled, discarded jobs) older than "
                    "this, e.g. 7d, 12h, 3600: soon after start, then about hourly. Off by default: "
