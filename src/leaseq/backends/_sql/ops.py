@@ -328,15 +328,10 @@ class SqlOps:
         each branch then takes at most what its limits allow, and the tokens spent are
         written back (``spend``)."""
         names = list(dict.fromkeys(queues))  # a repeated queue would return its rows twice
+        takes, rated = yield from self.allowances(limited, limit)
+        names = [name for name in names if takes.get(name, 1) > 0]
         if not names:
             return []
-        takes: dict[str, int] = {}
-        buckets: dict[str, float] = {}
-        if limited:
-            takes, buckets = yield from self.allowances(limited, limit)
-            names = [name for name in names if takes.get(name, 1) > 0]
-            if not names:
-                return []
         branches = yield from self.claim_branches(names, [n for n in names if n not in takes])
         if not branches:
             return []
@@ -357,16 +352,18 @@ class SqlOps:
         for seconds, group in by_lease.items():
             leased += yield from self.lease_rows(group, seconds, now, worker_id)
         jobs = self.jobs(leased)
-        yield from self.spend(buckets, jobs)
+        yield from self.spend(rated, jobs)
         return jobs
 
     def allowances(
         self, limited: Sequence[str], limit: int
-    ) -> Plan[tuple[dict[str, int], dict[str, float]]]:
-        """How many jobs each limited queue may start in this claim, and the tokens in
-        the buckets of those with a rate, read (and on PostgreSQL and MySQL locked until
-        the claim commits) from their settings rows. A queue missing from the answer has
-        no settings row or is paused; the claim treats it as any other queue."""
+    ) -> Plan[tuple[dict[str, int], set[str]]]:
+        """How many jobs each limited queue may start in this claim, and which of them
+        have a rate, read (and on PostgreSQL and MySQL locked until the claim commits)
+        from their settings rows. A queue missing from the answer has no settings row or
+        is paused; the claim treats it as any other queue. No queues, no statement."""
+        if not limited:
+            return {}, set()
         r = yield Stmt("lock_limits", {"names": self.d.names(limited)})
         counted = [row[0] for row in r.rows if row[1] is not None]
         running: dict[str, int] = {}
@@ -374,22 +371,23 @@ class SqlOps:
             c = yield Stmt("running_counts", {"names": self.d.names(counted)})
             running = {queue: int(n) for queue, n in c.rows}
         takes: dict[str, int] = {}
-        buckets: dict[str, float] = {}
+        rated: set[str] = set()
         for name, concurrency, rate, burst, tokens, elapsed in r.rows:
             have = None
             if rate is not None:
-                have = buckets[name] = tokens_now(
-                    float(rate), burst, None if tokens is None else float(tokens),
-                    None if elapsed is None else float(elapsed))
+                rated.add(name)
+                have = tokens_now(float(rate), burst, None if tokens is None else float(tokens),
+                                  None if elapsed is None else float(elapsed))
             takes[name] = allowance(limit, concurrency, running.get(name, 0),
                                     None if rate is None else float(rate), have)
-        return takes, buckets
+        return takes, rated
 
-    def spend(self, buckets: Mapping[str, float], jobs: Sequence[Job]) -> Plan[None]:
-        """Takes a token from its queue's bucket for every job started there. The
-        database refills the bucket to its clock as it writes (``spend_tokens``): the
-        allowance was worked out from no more tokens than that, so none goes negative."""
-        for queue in buckets:
+    def spend(self, rated: Collection[str], jobs: Sequence[Job]) -> Plan[None]:
+        """Takes a token from its queue's bucket for every job started in a ``rated``
+        queue. The database refills the bucket to its clock as it writes
+        (``spend_tokens``): the allowance was worked out from no more tokens than that,
+        so none goes negative."""
+        for queue in rated:
             started = sum(1 for job in jobs if job.queue == queue)
             if started:
                 yield Stmt("spend_tokens", {"queue": queue, "started": started})

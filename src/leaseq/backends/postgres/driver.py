@@ -59,21 +59,16 @@ class PostgresOps(SqlOps):
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
         default_lease: float = 30.0, limited: Sequence[str] = (),
     ) -> Plan[list[Job]]:
-        takes: dict[str, int] = {}
-        buckets: dict[str, float] = {}
-        names = list(queues)
-        if limited:
-            takes, buckets = yield from self.allowances(limited, limit)
-            names = [name for name in names if takes.get(name, 1) > 0]
-            if not names:
-                return []
+        takes, rated = yield from self.allowances(limited, limit)
+        names = [name for name in queues if takes.get(name, 1) > 0]
+        if not names:
+            return []
         params = {"queues": names, "takes": [takes.get(name) for name in names],
                   "limit": limit, "lease": lease, "default_lease": default_lease,
                   "worker_id": worker_id}
         r = yield Stmt("claim", params)
         jobs = self.jobs(r.rows)
-        if buckets:
-            yield from self.spend(buckets, jobs)
+        yield from self.spend(rated, jobs)
         return jobs
 
     # These plans are one statement here, atomic without BEGIN/COMMIT round trips.
