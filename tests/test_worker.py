@@ -290,3 +290,44 @@ def test_default_concurrency_is_wide_for_async_tasks_and_ten_with_plain_ones() -
     assert leaseq.Worker(app, ["b"]).concurrency == 10
     assert leaseq.Worker(app).concurrency == 10  # both queues: one task needs a thread each
     assert leaseq.Worker(app, ["a"], concurrency=3).concurrency == 3
+
+
+def test_plain_handlers_lease_jobs_ahead_yet_never_run_more_than_concurrency(
+    app: leaseq.App,
+) -> None:
+    now = {"running": 0, "peak": 0, "held": 0}
+    lock = threading.Lock()
+    seen: list[leaseq.Worker] = []
+
+    @app.task(queue="w")
+    def quick() -> None:
+        with lock:
+            now["running"] += 1
+            now["peak"] = max(now["peak"], now["running"])
+            now["held"] = max(now["held"], seen[0].running)
+        time.sleep(0.001)  # long enough for the three threads to overlap
+        with lock:
+            now["running"] -= 1
+
+    with running(app, concurrency=3) as worker:
+        seen.append(worker)
+        quick.enqueue_many([{} for _ in range(600)])
+        wait_for(lambda: app.queue.stats()["w"].completed == 600, timeout=60)
+    assert now["peak"] <= 3
+    assert now["held"] > 3  # quick handlers: one claim leased jobs for the threads to come
+
+
+def test_slow_plain_handlers_are_not_leased_ahead(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def slow() -> None:
+        time.sleep(0.25)
+
+    slow.enqueue_many([{} for _ in range(8)])
+    held: list[int] = []
+    with running(app, concurrency=2) as worker:
+        def done() -> bool:
+            held.append(worker.running)
+            return app.queue.stats()["w"].completed == 8
+
+        wait_for(done, timeout=30, interval=0.01)
+    assert max(held) <= 2

@@ -4,11 +4,11 @@ Configuration:
 * producer: `Queue.enqueue` (one transaction per job) and `Queue.enqueue_many` in batches of
   1,000 (one statement per batch on PostgreSQL and MySQL, one transaction on SQLite);
 * worker: the CLI, `leaseq worker benchmarks.adapters.leaseq_adapter:app` with its default
-  concurrency (1,000 for an app whose tasks are all `async def`) per OS process, as a user
-  who passes no options gets it; the task is an `async def` no-op that calls `record` and
-  returns, so it runs on the worker's event loop (plain functions would run in its thread
-  pool); default lease 30 s (renewed every 10 s), acks buffered and flushed in batches;
-  poll interval 0.1 s
+  concurrency per OS process, as a user who passes no options gets it; the task is a no-op
+  that calls `record` and returns: an `async def` on the worker's event loop (1,000 jobs at
+  once) for `leaseq-BACKEND`, a plain `def` on the worker's threads (10 at once) for
+  `leaseq-def-BACKEND`, each on a queue of its own; default lease 30 s (renewed every 10 s),
+  acks buffered and flushed in batches; poll interval 0.1 s
   (PostgreSQL also wakes on LISTEN/NOTIFY, Redis on pub/sub);
 * storage: a fresh table prefix (or key prefix) per measurement, dropped in teardown.
 """
@@ -34,6 +34,7 @@ from benchmarks.adapters.base import (
 
 URL_ENV, PREFIX_ENV = "LQBENCH_LEASEQ_URL", "LQBENCH_LEASEQ_PREFIX"
 QUEUE = "bench"
+DEF_QUEUE = "bench_def"  # the plain-`def` task's own queue: the worker sizes itself by it
 
 # Worker side: `leaseq worker benchmarks.adapters.leaseq_adapter:app`.
 app = leaseq.App(os.environ.get(URL_ENV, "memory://lqbench"),
@@ -45,14 +46,22 @@ async def noop(t: float) -> None:
     record(t)
 
 
-class LeaseqAdapter:
-    config = (f"leaseq {leaseq.__version__}: `leaseq worker` with default options (async no-op "
-              "task: up to 1,000 concurrent jobs per worker process), batched claims/acks, "
-              "poll 0.1 s (+NOTIFY on PostgreSQL, pub/sub on Redis)")
+@app.task(queue=DEF_QUEUE, name="noop_def")
+def noop_def(t: float) -> None:
+    record(t)
 
-    def __init__(self, backend: str, url: str) -> None:
+
+class LeaseqAdapter:
+    def __init__(self, backend: str, url: str, plain: bool = False) -> None:
         self.backend = backend
-        self.name = f"leaseq-{backend}"
+        self.plain = plain
+        self.name = f"leaseq-def-{backend}" if plain else f"leaseq-{backend}"
+        self.queue, self.kind = (DEF_QUEUE, "noop_def") if plain else (QUEUE, "noop")
+        handler = ("plain `def` no-op task: 10 threads per worker process" if plain else
+                   "async no-op task: up to 1,000 concurrent jobs per worker process")
+        self.config = (f"leaseq {leaseq.__version__}: `leaseq worker` with default options "
+                       f"({handler}), batched claims/acks, poll 0.1 s (+NOTIFY on PostgreSQL, "
+                       "pub/sub on Redis)")
         self.url = url
         self.q: leaseq.Queue | None = None
         self.prefix = ""
@@ -87,13 +96,13 @@ class LeaseqAdapter:
                     os.unlink(path)
 
     def _job(self) -> dict[str, object]:
-        return {"queue": QUEUE, "payload": {"t": time.time()}, "kind": "noop"}
+        return {"queue": self.queue, "payload": {"t": time.time()}, "kind": self.kind}
 
     def enqueue_single(self, n: int) -> float:
         assert self.q is not None
         start = time.perf_counter()
         for _ in range(n):
-            self.q.enqueue(QUEUE, {"t": time.time()}, kind="noop")
+            self.q.enqueue(self.queue, {"t": time.time()}, kind=self.kind)
         return time.perf_counter() - start
 
     def enqueue_batch(self, n: int) -> float:
@@ -105,7 +114,7 @@ class LeaseqAdapter:
 
     def _command(self) -> list[str]:
         return [sys.executable, "-m", "leaseq.cli", "worker",
-                "benchmarks.adapters.leaseq_adapter:app",
+                "benchmarks.adapters.leaseq_adapter:app", "--queues", self.queue,
                 "--poll-interval", "0.1", "--log-level", "WARNING"]
 
     def _env(self) -> dict[str, str]:
@@ -128,18 +137,18 @@ class LeaseqAdapter:
         rec = Recorder()
         try:
             return run_pickup(self._command(), self._env(), rec,
-                              lambda t: q.enqueue(QUEUE, {"t": t}, kind="noop"), rate, seconds)
+                              lambda t: q.enqueue(self.queue, {"t": t}, kind=self.kind), rate, seconds)
         finally:
             rec.close()
 
 
 def adapters() -> list[LeaseqAdapter]:
-    found = [LeaseqAdapter("postgres", PG_DSN), LeaseqAdapter("mysql", MYSQL_URL),
-             LeaseqAdapter("sqlite", "sqlite:///unused.db")]
+    urls = {"postgres": PG_DSN, "mysql": MYSQL_URL, "sqlite": "sqlite:///unused.db"}
     try:
         import redis  # noqa: F401
 
-        found.append(LeaseqAdapter("redis", REDIS_URL))
+        urls["redis"] = REDIS_URL
     except ImportError:
         pass
-    return found
+    return [LeaseqAdapter(backend, url, plain) for plain in (False, True)
+            for backend, url in urls.items()]

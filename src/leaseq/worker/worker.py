@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import logging
 import os
 import random
@@ -62,6 +61,7 @@ from leaseq.tasks import App, Task
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
 from leaseq.worker.scheduler import Scheduler
+from leaseq.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
@@ -89,6 +89,12 @@ MIN_RECLAIM = 0.1
 "on every dequeue", which the worker's loop must not turn into a busy loop)."""
 HOOK_THREADS = 8
 """Threads that run plain (not ``async def``) failure hooks, apart from the jobs' pool."""
+AHEAD_WINDOW = 0.01
+"""Plain handlers only: lease as many jobs beyond the free threads as the threads run, on
+average, in this many seconds, so that one claim feeds them for a while instead of one
+claim per freed thread..."""
+MAX_AHEAD = 1000
+"""...and never more than this many."""
 
 
 class Worker:
@@ -172,7 +178,11 @@ class Worker:
         self._wake: asyncio.Event | None = None  # work may be waiting: claim now
         self._freed: asyncio.Event | None = None  # a slot (or room for acks) came free
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads: HandlerThreads | None = None
+        # Jobs are leased ahead of the threads only when every task on the worked queues
+        # is a plain function: an async job leased ahead would start at once, past the cap.
+        mine = [t for t in app.tasks.values() if t.defaults.queue in self.queues]
+        self._lease_ahead = bool(mine) and not any(t.is_async for t in mine)
         self._hook_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
@@ -203,9 +213,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._freed = asyncio.Event()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            self.concurrency, thread_name_prefix="leaseq-job"
-        )
+        self._threads = HandlerThreads(self._loop, self.concurrency, "leaseq-job")
         self._hook_pool = concurrent.futures.ThreadPoolExecutor(
             HOOK_THREADS, thread_name_prefix="leaseq-job-hook"
         )
@@ -254,7 +262,7 @@ class Worker:
             await self._finish_hooks()
             beats.join(5)
             await aq.close()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._threads.close()
             self._hook_pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %d jobs processed, %d failed", self.worker_id,
                  self.processed, self.failed)
@@ -305,8 +313,9 @@ class Worker:
         gathered = False
         again = False  # claimed again at once after next_due said a job is due now
         while not self.stopping:
-            free = self.concurrency - self.running
-            if free <= 0 or len(self.inflight) >= self.concurrency + self._completer.max_batch:
+            slots = self.concurrency + self._ahead()
+            free = slots - self.running
+            if free <= 0 or len(self.inflight) >= slots + self._completer.max_batch:
                 await self._wait(None, self._freed)
                 continue
             if self.running and free < min(self.concurrency / 2, GATHER_BELOW) and not gathered:
@@ -363,6 +372,14 @@ class Worker:
                 again = True
                 pause = 0.0
             await self._wait(pause)
+
+    def _ahead(self) -> int:
+        """Jobs to lease beyond the threads: as many as they run in ``AHEAD_WINDOW``, so a
+        leased job waits for a thread about that long at most, on average."""
+        typical = self._threads.typical_run if self._threads is not None else None
+        if not self._lease_ahead or typical is None:
+            return 0
+        return min(MAX_AHEAD, int(self.concurrency * AHEAD_WINDOW / max(typical, 1e-6)))
 
     async def _next_due(self, aq: AsyncQueue) -> float | None:
         try:
@@ -495,10 +512,9 @@ class Worker:
             finally:
                 set_current(None)
                 del token
-        assert self._loop is not None and self._pool is not None
-        context = contextvars.copy_context()
-        future = self._loop.run_in_executor(self._pool, context.run, _run_sync, ctx, task, payload)
-        return await asyncio.wait_for(future, timeout)
+        assert self._threads is not None
+        return await asyncio.wait_for(self._threads.submit(_run_sync, ctx, task, payload),
+                                      timeout)
 
     async def _record(
         self, aq: AsyncQueue, ctx: JobContext, result: Outcome, task: Task[Any, Any] | None
