@@ -628,15 +628,26 @@ class Worker:
     # -- heartbeats --------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
-        """Renew held leases from a thread of its own, with a client of its own."""
-        q = Queue(self.app.url, self.app.settings)
+        """Renew held leases from a thread of its own, with a client of its own, opened
+        when the first lease needs renewing (not at start, where it would compete with
+        the first claim for the CPU)."""
+        q: Queue | None = None
         try:
             while not self._beats_stop.is_set():
                 now = time.monotonic()
                 held = [(c, r) for c, r in list(self.inflight.values())
                         if not (c.lease_lost or r.done())]
                 due = [(c, r) for c, r in held if now >= c.next_beat]
-                if due:
+                if due and q is None:
+                    try:
+                        q = Queue(self.app.url, self.app.settings)
+                    except LeaseqError as exc:
+                        # As a failed renewal: the next pass tries again, and the deadline
+                        # check below self-fences if it keeps failing.
+                        log.warning("heartbeat of %d jobs failed (%s)", len(due), exc)
+                        for ctx, _ in due:
+                            ctx.next_beat = now + min(1.0, ctx.lease / 10)
+                if due and q is not None:
                     self._beat(q, due)
                 for ctx, runner in held:
                     if time.monotonic() >= ctx.deadline and not ctx.lease_lost:
@@ -644,7 +655,8 @@ class Worker:
                 soonest = min((c.next_beat for c, _ in held), default=now + 0.5)
                 self._beats_stop.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
         finally:
-            q.close()
+            if q is not None:
+                q.close()
 
     def _beat(self, q: Queue, due: list[tuple[JobContext, asyncio.Task[None]]]) -> None:
         """Renews every due lease, one transaction per distinct lease length."""

@@ -161,7 +161,26 @@ class PooledSyncRunner(SyncRunner, Generic[C]):
 
 
 class AsyncRunner(ABC):
-    """Runs plans with an asyncio driver. Subclasses own their pool."""
+    """Runs plans with an asyncio driver. Subclasses say how to open their pool
+    (``open_pool``); ``pool()`` opens it once, on first use."""
+
+    _pool: Any = None
+    _opening: asyncio.Lock | None = None
+
+    async def pool(self) -> Any:
+        """The connection pool, opened by the first caller: an asyncio driver's pool
+        belongs to the event loop that made it, which a client built outside one (or
+        before the worker's) does not have yet."""
+        if self._pool is None:
+            self._opening = self._opening or asyncio.Lock()
+            async with self._opening:
+                if self._pool is None:
+                    self._pool = await self.open_pool()
+        return self._pool
+
+    @abstractmethod
+    async def open_pool(self) -> Any:
+        """Opens the pool, raising a leaseq error when the server cannot be reached."""
 
     def run(
         self,

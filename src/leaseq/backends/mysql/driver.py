@@ -391,26 +391,16 @@ class AsyncMysqlRunner(AsyncRunner):
         self.url, self.d, self.settings = url, dialect, settings
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
-        self._pool: Any = None
-        self._lock: asyncio.Lock | None = None
 
-    async def pool(self) -> Any:
-        if self._pool is None:
-            import aiomysql
+    async def open_pool(self) -> Any:
+        import aiomysql
 
-            # aiomysql pools belong to the event loop that made them: open on first use.
-            self._lock = self._lock or asyncio.Lock()
-            async with self._lock:
-                if self._pool is None:
-                    args = dict(self.args)
-                    args["db"] = args.pop("database")
-                    try:
-                        self._pool = await aiomysql.create_pool(
-                            minsize=1, maxsize=self.settings.pool_size, **args
-                        )
-                    except Exception as exc:
-                        raise translate(exc, self.where) from exc
-        return self._pool
+        args = dict(self.args)
+        args["db"] = args.pop("database")
+        try:
+            return await aiomysql.create_pool(minsize=1, maxsize=self.settings.pool_size, **args)
+        except Exception as exc:
+            raise translate(exc, self.where) from exc
 
     async def execute(self, conn: Any, stmt: Stmt) -> Result:
         sql = self.d.q[stmt.name]

@@ -296,30 +296,26 @@ class AsyncPostgresRunner(AsyncRunner):
     def __init__(self, url: str, dialect: PostgresDialect, settings: Settings) -> None:
         self.url, self.d, self.settings = url, dialect, settings
         self.where = _where(url)
-        self._pool: AsyncConnectionPool | None = None
-        self._lock: asyncio.Lock | None = None
 
-    async def pool(self) -> AsyncConnectionPool:
-        if self._pool is None:
-            # The pool must be opened inside the running event loop, so it opens on first use.
-            self._lock = self._lock or asyncio.Lock()
-            async with self._lock:
-                if self._pool is None:
-                    try:
-                        conn = await psycopg.AsyncConnection.connect(
-                            self.url, connect_timeout=max(1, int(self.settings.connect_timeout))
-                        )
-                        await conn.close()
-                    except Exception as exc:
-                        raise translate(exc, self.where) from exc
-                    pool = AsyncConnectionPool(
-                        self.url, min_size=1, max_size=self.settings.pool_size,
-                        timeout=self.settings.connect_timeout, open=False,
-                        kwargs={"autocommit": True}, name="leaseq-async",
-                    )
-                    await pool.open()
-                    self._pool = pool
-        return self._pool
+    async def open_pool(self) -> AsyncConnectionPool:
+        pool = AsyncConnectionPool(
+            self.url, min_size=1, max_size=self.settings.pool_size,
+            timeout=self.settings.connect_timeout, open=False,
+            kwargs={"autocommit": True}, name="leaseq-async",
+        )
+        # The pool connects in the background and retries until its timeout, so a wrong
+        # URL would surface late as a bare PoolTimeout; one connection of our own, made
+        # while the pool makes its first, fails at once with the server's own words.
+        await pool.open(wait=False)
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, connect_timeout=max(1, int(self.settings.connect_timeout))
+            )
+            await conn.close()
+        except Exception as exc:
+            await pool.close()
+            raise translate(exc, self.where) from exc
+        return pool
 
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
