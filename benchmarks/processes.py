@@ -1,7 +1,8 @@
 """More processes or more concurrency? `leaseq worker --processes P --concurrency C` drain
-rates for the same total of running jobs (P x C), per kind of handler, per database.
+rates for several layouts (by default one process x 16, two x 8: the same 16 jobs at once,
+and two x 16: one more process as it is), per kind of handler, per database.
 
-    python benchmarks/processes.py                       # sqlite and postgres, 1x16 vs 2x8
+    python benchmarks/processes.py                       # sqlite and postgres: 1x16, 2x8, 2x16
     python benchmarks/processes.py --backends postgres --layouts 1x16,2x8,4x4 --runs 5
     python benchmarks/processes.py --out benchmarks/RESULTS-processes.md   # + a .json twin
 
@@ -12,14 +13,15 @@ Handlers (all in this module, the app ``benchmarks.processes:app``):
   arithmetic (20,000 by default, about a millisecond) while holding the GIL.
 
 Every measurement starts on fresh tables (a new prefix; a new SQLite file), enqueues the
-jobs (untimed), pauses the queue, starts one ``leaseq worker --processes P --concurrency C``
-command and waits until each of its P worker processes logged that it is fetching; then it
-resumes the queue and times until the last job's handler has started (each handler's first
-statement appends 8 bytes to a file: ``benchmarks.adapters.base.record``). Start-up is not
-timed. Each layout runs ``--runs`` times, interleaved, and the report gives the median and
-the range, and how busy the machine's CPUs were just before the runs, while the workers
-waited on the paused queue (other processes compete for the same cores: figures from a
-busy machine understate what more processes buy). A quiet machine shows near 0 %.
+jobs (untimed), pauses the queue, waits up to ``--idle-wait`` seconds (10) for the CPUs to
+be idle, starts one ``leaseq worker --processes P --concurrency C`` command and waits until
+each of its P worker processes logged that it is fetching; then it resumes the queue and
+times until the last job's handler has started (each handler's first statement appends 8
+bytes to a file: ``benchmarks.adapters.base.record``). Start-up is not timed. Each layout
+runs ``--runs`` times, interleaved, and the report gives the median and the range, and how
+busy the CPUs were just before the runs (before their workers started: other processes,
+which compete for the same cores; figures from a busy machine understate what more
+processes buy) and during the timed drains.
 """
 
 from __future__ import annotations
@@ -111,6 +113,15 @@ def cpu_busy(interval: float = 0.5) -> float:
     return busy_between(before, cpu_sample())
 
 
+def wait_idle(limit: float, threshold: float = 0.15) -> float:
+    """Waits (at most ``limit`` seconds) for the CPUs to be idle; the last busy share."""
+    deadline = time.monotonic() + limit
+    busy = cpu_busy()
+    while busy > threshold and time.monotonic() < deadline:
+        busy = cpu_busy(1.0)
+    return busy
+
+
 def url_for(backend: str, tmp: str) -> str:
     if backend == "sqlite":
         return f"sqlite:///{tmp}/procbench-{time.monotonic_ns()}.db"
@@ -129,7 +140,7 @@ def fetching(workers: base.Workers) -> int:
 
 
 def measure(backend: str, handler: str, processes: int, concurrency: int, jobs: int,
-            tmp: str) -> dict[str, Any]:
+            tmp: str, idle_wait: float) -> dict[str, Any]:
     """One drain: jobs/s from resuming the queue to the last handler's start."""
     url = url_for(backend, tmp)
     prefix = base.unique_name("proc")[:30] + "_"
@@ -147,7 +158,7 @@ def measure(backend: str, handler: str, processes: int, concurrency: int, jobs: 
             batch = min(5000, jobs - first)
             q.enqueue_many([{"queue": QUEUE, "kind": handler, "payload": {}}] * batch)
         q.pause(QUEUE)
-        busy = cpu_busy()
+        busy = wait_idle(idle_wait)
         workers.start()
         deadline = time.monotonic() + 60
         while fetching(workers) < processes:
@@ -187,9 +198,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"{meta['date']}, {meta['machine']}; {meta['cpus']} CPUs usable; {meta['jobs']:,} no-op "
         f"jobs, {meta['cpu_jobs']:,} CPU-bound jobs of {meta['spin']:,} iterations; median of "
-        f"{meta['runs']} runs (min-max). All CPUs' busy share just before the runs (the "
-        f"workers idle, so mostly other processes): {meta['busy']}; during the timed "
-        f"drains: {meta['busy_during']}.",
+        f"{meta['runs']} runs (min-max). All CPUs' busy share just before the runs (other "
+        f"processes): {meta['busy']}; during the timed drains: {meta['busy_during']}.",
         "",
     ]
     for backend, rows in results["backends"].items():
@@ -211,13 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     global SPIN
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--layouts", default="1x16,2x8",
+    parser.add_argument("--layouts", default="1x16,2x8,2x16",
                         help="PROCESSESxCONCURRENCY,... (the first is the reference)")
     parser.add_argument("--handlers", default=",".join(HANDLERS))
     parser.add_argument("--jobs", type=int, default=20_000, help="no-op jobs per drain")
     parser.add_argument("--cpu-jobs", type=int, default=2_000, help="CPU-bound jobs per drain")
     parser.add_argument("--spin", type=int, default=SPIN, help="iterations per CPU-bound job")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--idle-wait", type=float, default=10.0,
+                        help="before each run, wait up to this many seconds for idle CPUs")
     parser.add_argument("--out", help="write the report here (and a .json twin)")
     args = parser.parse_args(argv)
     SPIN = args.spin
@@ -236,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells: dict[str, list[float]] = {f"{p}x{c}": [] for p, c in layouts}
                 for run in range(args.runs):
                     for p, c in layouts:  # interleaved: drift in load hits every layout
-                        figure = measure(backend, handler, p, c, n, tmp)
+                        figure = measure(backend, handler, p, c, n, tmp, args.idle_wait)
                         cells[f"{p}x{c}"].append(figure["per_s"])
                         busy.append(figure["busy_before"])
                         during.append(figure["busy_during"])

@@ -453,10 +453,7 @@ def load_app(target: str) -> leaseq.App:
     """``module:attr`` (attr defaults to ``app``), importable from the current directory."""
     from leaseq.worker.supervisor import load_app as load
 
-    try:
-        return load(target)
-    except leaseq.ConfigurationError as exc:
-        raise click.BadParameter(str(exc)) from exc
+    return load(target, error=click.BadParameter)
 
 
 def process_count(text: str | int) -> int:

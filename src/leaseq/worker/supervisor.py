@@ -46,6 +46,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -94,19 +95,21 @@ def restart_delay(early_deaths: int) -> float:
     return min(RESTART_DELAY_MAX, RESTART_DELAY * 2.0 ** min(max(early_deaths, 1) - 1, 32))
 
 
-def load_app(target: str) -> App:
+def load_app(target: str, error: Callable[[str], Exception] = ConfigurationError) -> App:
     """Imports ``module:attr`` (attr defaults to ``app``) from the current directory or the
-    path, and returns that ``leaseq.App``. Raises ``ConfigurationError`` otherwise."""
+    path, and returns that ``leaseq.App``. A module that cannot be imported or an attribute
+    that is no ``App`` raises ``error(message)`` (``ConfigurationError`` by default); what
+    the module itself raises while imported propagates."""
     module_name, _, attr = target.partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+        raise error(f"cannot import {module_name!r}: {exc}") from exc
     app = getattr(module, attr or "app", None)
     if not isinstance(app, App):
-        raise ConfigurationError(f"{target!r} is not a leaseq.App (use module:attribute)")
+        raise error(f"{target!r} is not a leaseq.App (use module:attribute)")
     return app
 
 
