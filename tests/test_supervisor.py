@@ -154,7 +154,8 @@ def test_three_processes_drain_once_merge_metrics_and_stop_gracefully(
 
 
 def test_a_killed_process_is_replaced_and_every_job_completes(fleet: WorkerFleet) -> None:
-    fleet.start(APP, "--processes", "2", "--concurrency", "2", "--lease", "1.5", *FAST)
+    fleet.start(APP, "--processes", "2", "--concurrency", "2", "--lease", "1.5",
+                "--metrics-port", "0", *FAST)
     wait_for(lambda: fetching(fleet) == 2, timeout=30, message="2 processes fetching")
     jobs = enqueue(fleet, 8, seconds=1.0)
     first = wait_for(lambda: next((e for e in fleet.events() if e["event"] == "start"), None),
@@ -185,6 +186,9 @@ def test_a_killed_process_is_replaced_and_every_job_completes(fleet: WorkerFleet
             assert info.attempts == 1 and len(runs) == 1
     assert re.search(rf"pid {victim}\) exited unasked with signal SIGKILL", fleet.output(0))
     wait_for(lambda: fetching(fleet) == 3, timeout=30, message="the replacement fetching")
+    text = scrape(fleet)
+    assert samples(text, "leaseq_worker_restarts_total") == [({}, 1.0)]
+    assert samples(text, "leaseq_worker_processes") == [({}, 2.0)]
 
 
 def test_auto_runs_one_process_per_cpu_and_a_second_signal_kills_them(

@@ -333,8 +333,8 @@ class Supervisor:
         if self._stop_by is not None or self._killed:
             child.stopped = code
             log.log(logging.INFO if code == 0 else logging.WARNING,
-                    "worker process %d (pid %s) stopped with exit code %d", child.index,
-                    process.pid, code)
+                    "worker process %d (pid %s) stopped with %s", child.index,
+                    process.pid, _describe(code))
             return
         if self.options.burst and code == 0:
             log.info("worker process %d (pid %s) finished its burst", child.index, process.pid)
