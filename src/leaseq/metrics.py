@@ -16,6 +16,9 @@ on. Every metric is described in docs/operations.md.
 * ``WorkerMetrics``: the worker side. ``leaseq worker --metrics-port 9464`` makes one and
   serves it; from Python, ``Worker(app, metrics=WorkerMetrics())`` records into it and
   ``WorkerMetrics.serve(port)`` serves its registry.
+* ``GroupMetrics``: one endpoint for the worker processes of ``leaseq worker --processes
+  N``: each child serves its ``WorkerMetrics`` on a loopback port, and a scrape of the
+  group reads them all and sums them (``merge_expositions``), with the queue state once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import bisect
 import logging
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -42,6 +46,7 @@ try:
         HistogramMetricFamily,
         Metric,
     )
+    from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client.registry import Collector, CollectorRegistry
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is installed in tests
     raise ConfigurationError(
@@ -56,9 +61,11 @@ __all__ = [
     "DURATION_BUCKETS",
     "OUTCOMES",
     "WAIT_BUCKETS",
+    "GroupMetrics",
     "QueueCollector",
     "WorkerMetrics",
     "WorkerRecorder",
+    "merge_expositions",
     "queue_state_metrics",
     "render_queue_state",
 ]
@@ -319,22 +326,11 @@ class WorkerMetrics(Collector):
         """Serves ``/metrics`` of this registry from a daemon thread; returns the port
         (the one picked when ``port`` is 0). Raises ``ConfigurationError`` when the
         address cannot be bound."""
-        try:
-            server, _ = prometheus_client.start_http_server(port, addr=host,
-                                                            registry=self.registry)
-        except OSError as exc:
-            raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
-        self._servers.append(server)
-        bound: int = server.server_port
-        log.info("metrics at http://%s:%d/metrics", host, bound)
-        return bound
+        return _serve(self.registry, port, host, self._servers)
 
     def close(self) -> None:
         """Stops the servers ``serve`` started (the metrics stay registered)."""
-        while self._servers:
-            server = self._servers.pop()
-            server.shutdown()
-            server.server_close()
+        _close(self._servers)
 
     def describe(self) -> Iterable[Metric]:
         """The family names (for registration)."""
@@ -393,6 +389,25 @@ class WorkerMetrics(Collector):
         yield inflight
 
 
+def _serve(registry: CollectorRegistry, port: int, host: str, servers: list[WSGIServer], *,
+           level: int = logging.INFO) -> int:
+    try:
+        server, _ = prometheus_client.start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
+    servers.append(server)
+    bound: int = server.server_port
+    log.log(level, "metrics at http://%s:%d/metrics", host, bound)
+    return bound
+
+
+def _close(servers: list[WSGIServer]) -> None:
+    while servers:
+        server = servers.pop()
+        server.shutdown()
+        server.server_close()
+
+
 class _HistogramSum:
     """One histogram family: the sum, per label set, of recorders' ``_Histogram``s."""
 
@@ -422,3 +437,119 @@ class _HistogramSum:
             # _count is the +Inf bucket, so the two always agree.
             family.add_metric(list(labels), buckets, total)
         return family
+
+
+# -- a group of worker processes -------------------------------------------------------------
+
+
+def merge_expositions(texts: Iterable[str]) -> list[Metric]:
+    """Sums several processes' metrics (Prometheus text exposition format) into one set of
+    families: samples with the same name and labels are added, whatever the type, which is
+    right for counters, for histograms (bucket counts, ``_count`` and ``_sum`` add up) and
+    for gauges that count something held (``leaseq_worker_inflight``). A family or a label
+    set that only some texts have is kept as it is. Families come out in the order first
+    seen, their samples too."""
+    families: dict[str, Metric] = {}
+    sums: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    labels: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
+                sums[family.name] = {}
+            values = sums[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                values[key] = values.get(key, 0.0) + sample.value
+                labels.setdefault(key, dict(sample.labels))
+    for name, family in families.items():
+        for key, value in sums[name].items():
+            family.add_sample(key[0], labels[key], value)
+    return list(families.values())
+
+
+class GroupMetrics(Collector):
+    """One ``/metrics`` for a group of worker processes (``leaseq worker --processes N``).
+
+    Each worker process records into a ``WorkerMetrics`` of its own and serves it on a
+    loopback port it reports to the supervisor, which calls ``add(key, port)`` (and
+    ``discard(key)`` when the process ends). A scrape of this collector reads every
+    process's endpoint and sums them (``merge_expositions``); a process that does not
+    answer within ``timeout`` seconds (it is starting or just died) is left out of that
+    scrape. ``watch(source)`` adds the queue-state families, read once per scrape in this
+    process rather than once per worker. Two gauges describe the group itself:
+    ``leaseq_worker_processes`` (worker processes running) and
+    ``leaseq_worker_restarts_total`` (worker processes started again after one ended
+    unasked); the supervisor sets ``processes`` and ``restarts``.
+
+    A process that restarts starts counting from zero, so the group's counters fall by what
+    it had counted: Prometheus' ``rate()`` and ``increase()`` treat that as a counter
+    reset, as they would for a restarted single-process worker.
+
+    Args:
+        registry: Where to register; defaults to a new ``CollectorRegistry`` of its own.
+        timeout: Seconds to wait for each worker process's answer.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 timeout: float = 2.0) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.timeout = timeout
+        self.processes = 0
+        self.restarts = 0
+        self._ports: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._servers: list[WSGIServer] = []
+        self.registry.register(self)
+
+    def add(self, key: int, port: int) -> None:
+        """Worker process ``key`` serves its metrics on ``127.0.0.1:port``."""
+        with self._lock:
+            self._ports[key] = port
+
+    def discard(self, key: int) -> None:
+        """Worker process ``key`` ended: leave it out of scrapes from now on."""
+        with self._lock:
+            self._ports.pop(key, None)
+
+    def watch(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0
+              ) -> QueueCollector:
+        """Registers a ``QueueCollector`` on ``source`` in this registry too."""
+        collector = QueueCollector(source, cache_seconds=cache_seconds)
+        self.registry.register(collector)
+        return collector
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serves ``/metrics`` of this registry from a daemon thread; returns the port.
+        Raises ``ConfigurationError`` when the address cannot be bound."""
+        return _serve(self.registry, port, host, self._servers)
+
+    def close(self) -> None:
+        """Stops the servers ``serve`` started."""
+        _close(self._servers)
+
+    def describe(self) -> Iterable[Metric]:
+        """The group's own family names, without reading any process (for registration)."""
+        return self._own()
+
+    def collect(self) -> Iterable[Metric]:
+        """Every worker process's families, summed, and the group's own gauges."""
+        with self._lock:
+            ports = sorted(self._ports.items())
+        texts = []
+        for key, port in ports:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=self.timeout) as answer:
+                    texts.append(answer.read().decode())
+            except OSError as exc:  # starting, stopping or just killed: skip it this time
+                log.debug("worker process %d did not answer its scrape: %s", key, exc)
+        return [*merge_expositions(texts), *self._own()]
+
+    def _own(self) -> list[Metric]:
+        return [GaugeMetricFamily("leaseq_worker_processes",
+                                  "Worker processes of this group running now.",
+                                  value=self.processes),
+                CounterMetricFamily("leaseq_worker_restarts",
+                                    "Worker processes started again after one ended unasked.",
+                                    value=self.restarts)]

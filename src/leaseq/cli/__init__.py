@@ -7,10 +7,8 @@ usage, 3 the database is unreachable or refused us, 4 no such job, 130 interrupt
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -453,16 +451,25 @@ def prune(older_than: float, url: str, table_prefix: str) -> None:
 
 def load_app(target: str) -> leaseq.App:
     """``module:attr`` (attr defaults to ``app``), importable from the current directory."""
-    module_name, _, attr = target.partition(":")
-    sys.path.insert(0, os.getcwd())
+    from leaseq.worker.supervisor import load_app as load
+
+    return load(target, error=click.BadParameter)
+
+
+def process_count(text: str | int) -> int:
+    """``--processes``: a whole number >= 1, or ``auto`` for one per CPU this process may
+    use."""
+    if str(text).strip().lower() == "auto":
+        from leaseq.worker.supervisor import cpu_count
+
+        return cpu_count()
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
-    app = getattr(module, attr or "app", None)
-    if not isinstance(app, leaseq.App):
-        raise click.BadParameter(f"{target!r} is not a leaseq.App (use module:attribute)")
-    return app
+        number = int(str(text).strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither a whole number nor 'auto'") from None
+    if number < 1:
+        raise click.BadParameter(f"needs at least 1 process, got {number}")
+    return number
 
 
 @cli.command()
@@ -492,20 +499,48 @@ def load_app(target: str) -> leaseq.App:
                    "or set LEASEQ_METRICS_PORT). Off by default. Needs leaseq[metrics].")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               envvar="LEASEQ_METRICS_HOST", help="Address the metrics server listens on.")
+@click.option("--processes", type=process_count, default="1", show_default=True,
+              metavar="N|auto",
+              help="Worker processes, each running --concurrency jobs, under a supervisor "
+                   "that restarts one that crashes and stops them all gracefully on "
+                   "SIGTERM/SIGINT (auto: one per CPU this process may use). More processes "
+                   "pay off for CPU-bound handlers and very short jobs (docs/workers.md).")
 def worker(app_path: str, queues: str | None, concurrency: int | None, lease: float | None,
            grace: float, poll_interval: float, reclaim_interval: float,
            prune_history_after: float | None, burst: bool, log_level: str,
-           url: str | None, metrics_port: int | None, metrics_host: str) -> None:
+           url: str | None, metrics_port: int | None, metrics_host: str,
+           processes: int) -> None:
     """Run the tasks of MODULE:APP until SIGTERM or SIGINT.
 
     History is kept unless --prune-history-after is given (or `leaseq prune` runs).
-    --metrics-port serves the worker's metrics and the queue counts (docs/operations.md)."""
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    --metrics-port serves the worker's metrics and the queue counts (docs/operations.md);
+    with --processes, one endpoint sums every process (docs/workers.md)."""
+    if processes > 1:
+        # Lines of the supervisor and of each worker process say which process wrote them.
+        import multiprocessing
+
+        from leaseq.worker.supervisor import LOG_FORMAT
+
+        multiprocessing.current_process().name = "leaseq-supervisor"
+        logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
+    else:
+        logging.basicConfig(level=log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = load_app(app_path)
     if url:
         app.url = url
     names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
+    if processes > 1:
+        from leaseq.worker.supervisor import Supervisor, WorkerOptions
+
+        options = WorkerOptions(app_path, url=url, queues=tuple(names) if names else None,
+                                concurrency=concurrency, lease=lease, grace=grace,
+                                poll_interval=poll_interval, reclaim_interval=reclaim_interval,
+                                prune_after=prune_history_after, burst=burst,
+                                log_level=log_level)
+        options.build(app)  # bad options (no queues to work) fail here, not in N processes
+        sys.exit(Supervisor(options, processes, metrics_port=metrics_port,
+                            metrics_host=metrics_host, app=app).run())
     recorder = None
     if metrics_port is not None:
         # Imported here: without --metrics-port the worker never loads prometheus-client.
