@@ -77,6 +77,9 @@ async def listen_redis(
     Redis at ``url`` and call ``wake()`` for each message naming one of ``queues``, and
     once after each (re)subscribe. Runs until ``stopping()`` or cancelled.
 
+    On a Redis Cluster (``redis+cluster://``) it subscribes on the node the URL names:
+    classic pub/sub reaches every node, so a script's PUBLISH on any primary wakes it.
+
     Its connection is named ``leaseq-listen`` (``CLIENT SETNAME``) unless the URL gives a
     ``client_name``. A dropped connection is logged as a WARNING and opened again with
     backoff (0.5 s doubling up to 30 s); a user whose ACL refuses the channel gets one
@@ -87,8 +90,10 @@ async def listen_redis(
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
+    from leaseq.backends.redis.driver import cluster_url
     from leaseq.backends.redis.keys import Keys
 
+    url = cluster_url(url) or url  # a cluster node speaks plain pub/sub
     channel = Keys(prefix).wake  # a bad prefix raises here, once, not on every reconnect
     wanted = set(queues)
     pause = 0.5

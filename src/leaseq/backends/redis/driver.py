@@ -11,6 +11,11 @@ reclaim, prune, pause, configure) run again, as a whole plan on a fresh connecti
 ``RECONNECTS`` times over about 3 s (a restart, a failover); a repeated ``complete`` by
 the same lease is a no-op that succeeds. Anything else surfaces as ``BackendUnavailable``:
 its outcome is unknown, as with a lost SQL commit.
+
+``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) names a Redis Cluster by
+any one of its nodes: the runners then hold a ``RedisCluster`` client, which learns the
+other nodes and routes each script to the node of its keys' slot, and the plans split
+cross-slot work into one script per slot (``ops.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 from redis import exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -41,6 +48,7 @@ from leaseq.errors import (
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
 RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def disconnected(exc: BaseException) -> bool:
@@ -71,6 +79,12 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
         )
     if isinstance(exc, exceptions.OutOfMemoryError) or "OOM command not allowed" in text:
         return BackendError(f"Redis at {where} is out of memory; nothing was written ({text})")
+    if isinstance(exc, (exceptions.MovedError, exceptions.AskError)) or (
+            "hash to the same slot" in text):
+        return ConfigurationError(
+            f"Redis at {where} is a Redis Cluster node ({text}); name the cluster with a "
+            "redis+cluster:// URL"
+        )
     if "DB index is out of range" in text:
         return ConfigurationError(f"Redis at {where}: {text}")
     return BackendError(f"Redis at {where} failed: {text}")
@@ -110,10 +124,21 @@ def pool_options(settings: Settings) -> dict[str, Any]:
 
 
 class SyncRunner:
-    """Runs plans on a ``redis.Redis`` client."""
+    """Runs plans on a ``redis.Redis`` client, or with ``cluster`` a ``RedisCluster``
+    (one blocking pool of ``pool_size`` connections per node)."""
 
-    def __init__(self, url: str, where: str, settings: Settings) -> None:
+    client: Any
+
+    def __init__(self, url: str, where: str, settings: Settings, cluster: bool = False
+                 ) -> None:
         self.where = where
+        self.pool: redis.BlockingConnectionPool | None = None
+        if cluster:
+            self.client = redis.cluster.RedisCluster.from_url(
+                url, connection_pool_class=redis.BlockingConnectionPool,
+                **pool_options(settings),
+            )
+            return
         self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings))
         self.client = redis.Redis(connection_pool=self.pool)
 
@@ -132,7 +157,7 @@ class SyncRunner:
                 raise translate(exc, self.where) from exc
 
     def command(self, *args: Any) -> Any:
-        return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return self.client.execute_command(*args)
 
     def execute(self, call: Call) -> Any:
         if call.command:
@@ -151,23 +176,50 @@ class SyncRunner:
             self.command("SCRIPT LOAD", script.text)
             return self.command("EVALSHA", *args)
 
+    def drop(self, pattern: str) -> int:
+        """Deletes the keys matching ``pattern`` on every primary (``drop`` on a
+        cluster, where a SCAN cursor belongs to one node)."""
+        try:
+            keys = list(self.client.scan_iter(match=pattern, count=1000))
+            for start in range(0, len(keys), 1000):
+                self.client.unlink(*keys[start:start + 1000])
+        except exceptions.RedisError as exc:
+            raise translate(exc, self.where) from exc
+        return len(keys)
+
     def close(self) -> None:
         self.client.close()
-        self.pool.disconnect()
+        if self.pool is not None:
+            self.pool.disconnect()
 
 
 class AsyncRunner:
-    """Runs plans on a ``redis.asyncio.Redis`` client. The server checks run before the
-    first plan, inside the caller's event loop."""
+    """Runs plans on a ``redis.asyncio.Redis`` client, or with ``cluster`` a
+    ``redis.asyncio.cluster.RedisCluster``. The server checks run before the first plan,
+    inside the caller's event loop."""
 
-    def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps) -> None:
+    client: Any
+
+    def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
+                 cluster: bool = False) -> None:
         self.where = where
         self.ops = ops
+        self.checked = False
+        self.pool: redis.asyncio.BlockingConnectionPool | None = None
+        self.slots: asyncio.Semaphore | None = None
+        self.wait = settings.connect_timeout
+        if cluster:
+            options = pool_options(settings)
+            del options["timeout"]
+            self.client = redis.asyncio.cluster.RedisCluster.from_url(url, **options)
+            # The cluster client fails at once when a node's pool is used up; waiting up
+            # to connect_timeout for a free slot here makes it block as the pool does.
+            self.slots = asyncio.Semaphore(settings.pool_size)
+            return
         self.pool = redis.asyncio.BlockingConnectionPool.from_url(
             url, **pool_options(settings)
         )
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
-        self.checked = False
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> Awaitable[T]:
         return self._run(factory, idempotent)
@@ -190,7 +242,19 @@ class AsyncRunner:
                 raise translate(exc, self.where) from exc
 
     async def command(self, *args: Any) -> Any:
-        return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        if self.slots is None:
+            return await self.client.execute_command(*args)
+        try:
+            await asyncio.wait_for(self.slots.acquire(), self.wait)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"Redis at {self.where}: no free connection within {self.wait:g} s "
+                "(pool_size)"
+            ) from None
+        try:
+            return await self.client.execute_command(*args)
+        finally:
+            self.slots.release()
 
     async def execute(self, call: Call) -> Any:
         if call.command:
@@ -208,9 +272,20 @@ class AsyncRunner:
             await self.command("SCRIPT LOAD", script.text)
             return await self.command("EVALSHA", *args)
 
+    async def drop(self, pattern: str) -> int:
+        """Deletes the keys matching ``pattern`` on every primary."""
+        try:
+            keys = [key async for key in self.client.scan_iter(match=pattern, count=1000)]
+            for start in range(0, len(keys), 1000):
+                await self.client.unlink(*keys[start:start + 1000])
+        except exceptions.RedisError as exc:
+            raise translate(exc, self.where) from exc
+        return len(keys)
+
     async def close(self) -> None:
         await self.client.aclose()
-        await self.pool.disconnect()
+        if self.pool is not None:
+            await self.pool.disconnect()
 
 
 class RedisBackend(PlanBackend):
@@ -226,19 +301,49 @@ class RedisBackend(PlanBackend):
     def migrate(self) -> Any:
         return self.run("migrate", self.ops.migrate)
 
+    def drop(self) -> Any:
+        """Not part of the contract: deletes every key under this prefix (``leaseq
+        bench`` and the tests clean up with it); on a cluster, every primary's."""
+        if self.ops.cluster:
+            return self.runner.drop(self.ops.k.pattern())
+        return self.run("drop", self.ops.drop)
+
+
+def cluster_url(url: str) -> str | None:
+    """The ``redis://`` (or ``rediss://``) URL redis-py's ``RedisCluster`` takes for a
+    ``redis+cluster://`` (``rediss+cluster://``) URL; None for any other URL. A cluster
+    has only database 0, so a URL naming another is refused."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower())
+    if plain is None or not sep:
+        return None
+    address, _, tail = rest.partition("/")
+    db, _, query = tail.partition("?")
+    if db not in ("", "0"):
+        raise ConfigurationError(
+            f"Redis Cluster has only database 0; drop /{db} from {url.split('@')[-1]!r}"
+        )
+    return f"{plain}://{address}/" + (f"?{query}" if query else "")
+
 
 def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     """A backend for ``redis://[user:password@]host[:port][/db]`` (or ``rediss://`` for
-    TLS). The sync client checks the server at once, so a wrong URL fails here with its
-    real reason; the async one on its first call."""
+    TLS), or ``redis+cluster://[user:password@]host[:port]`` for a Redis Cluster that
+    has a node there (``rediss+cluster://`` for TLS). The sync client checks the server
+    at once, so a wrong URL fails here with its real reason; the async one on its first
+    call."""
     where = url.split("@")[-1]
-    ops = RedisOps(settings.table_prefix, where)
+    plain = cluster_url(url)
+    cluster = plain is not None
+    ops = RedisOps(settings.table_prefix, where, cluster)
     try:
         if use_async:
-            return RedisBackend(ops, AsyncRunner(url, where, settings, ops))
-        runner = SyncRunner(url, where, settings)
+            return RedisBackend(ops, AsyncRunner(plain or url, where, settings, ops, cluster))
+        runner = SyncRunner(plain or url, where, settings, cluster)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
+    except exceptions.RedisError as exc:  # RedisCluster reads the topology at once
+        raise translate(exc, where) from exc
     try:
         runner.run(ops.startup)
     except BaseException:
