@@ -103,6 +103,25 @@ def test_a_plain_redis_url_to_a_cluster_node_fails_loudly_on_other_slots(
             q.enqueue(queue)
 
 
+def test_an_unreachable_cluster_is_backend_unavailable(prefix: str) -> None:
+    with pytest.raises(leaseq.BackendUnavailable, match=r"127\.0\.0\.1:1"):
+        leaseq.connect("redis+cluster://127.0.0.1:1", table_prefix=prefix, connect_timeout=2)
+
+
+def test_a_batch_of_5000_jobs_over_two_queues_gets_ids_in_batch_order(
+    q: leaseq.Queue,
+) -> None:
+    """One id allocation and one script per queue, however long the batch."""
+    results = q.enqueue_many([{"queue": "odd" if i % 2 else "even", "payload": {"i": i}}
+                              for i in range(5000)])
+    ids = [r.id for r in results]
+    assert all(r.created for r in results)
+    assert ids == sorted(set(ids))
+    stats = q.stats()
+    assert (stats["odd"].available, stats["even"].available) == (2500, 2500)
+    assert q.get(ids[4999]).payload == {"i": 4999}
+
+
 # -- crashes between the per-slot calls ----------------------------------------------------
 
 

@@ -48,6 +48,9 @@ from leaseq.errors import (
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
 RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
+# What redis-py raises: RedisCluster's own errors (no node reachable, a slot without a
+# node) are not RedisErrors.
+FAILURES = (exceptions.RedisError, exceptions.RedisClusterException)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
@@ -55,6 +58,8 @@ def disconnected(exc: BaseException) -> bool:
     """True when ``exc`` says the connection to the server was lost (or the server is
     still loading its data after a restart); not for refused credentials or a pool with
     no free connection, which another attempt would not cure."""
+    if isinstance(exc, (exceptions.ClusterDownError, exceptions.SlotNotCoveredError)):
+        return True  # a cluster failing over: refused before anything ran
     return (
         isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError))
         and not isinstance(exc, (exceptions.AuthenticationError,
@@ -71,7 +76,8 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
     text = str(exc)
     if isinstance(exc, (exceptions.AuthenticationError, exceptions.AuthorizationError)):
         return AuthenticationFailed(f"Redis at {where} refused the credentials: {text}")
-    if isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError)):
+    if isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError,
+                        exceptions.ClusterDownError, exceptions.RedisClusterException)):
         return BackendUnavailable(f"Redis at {where} is unavailable: {text}")
     if isinstance(exc, exceptions.ReadOnlyError):
         return BackendUnavailable(
@@ -149,7 +155,7 @@ class SyncRunner:
                 return drive(factory(), self.execute)
             except LeaseqError:
                 raise
-            except exceptions.RedisError as exc:
+            except FAILURES as exc:
                 if idempotent and reconnects < RECONNECTS and disconnected(exc):
                     reconnects += 1
                     time.sleep(0.05 * 2 ** (reconnects - 1))
@@ -183,7 +189,7 @@ class SyncRunner:
             keys = list(self.client.scan_iter(match=pattern, count=1000))
             for start in range(0, len(keys), 1000):
                 self.client.unlink(*keys[start:start + 1000])
-        except exceptions.RedisError as exc:
+        except FAILURES as exc:
             raise translate(exc, self.where) from exc
         return len(keys)
 
@@ -234,7 +240,7 @@ class AsyncRunner:
                 return await adrive(factory(), self.execute)
             except LeaseqError:
                 raise
-            except exceptions.RedisError as exc:
+            except FAILURES as exc:
                 if idempotent and reconnects < RECONNECTS and disconnected(exc):
                     reconnects += 1
                     await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
@@ -278,7 +284,7 @@ class AsyncRunner:
             keys = [key async for key in self.client.scan_iter(match=pattern, count=1000)]
             for start in range(0, len(keys), 1000):
                 await self.client.unlink(*keys[start:start + 1000])
-        except exceptions.RedisError as exc:
+        except FAILURES as exc:
             raise translate(exc, self.where) from exc
         return len(keys)
 
@@ -342,7 +348,7 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
         runner = SyncRunner(plain or url, where, settings, cluster)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
-    except exceptions.RedisError as exc:  # RedisCluster reads the topology at once
+    except FAILURES as exc:  # RedisCluster reads the topology at once
         raise translate(exc, where) from exc
     try:
         runner.run(ops.startup)

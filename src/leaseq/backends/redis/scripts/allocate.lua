@@ -16,7 +16,11 @@ for i, queue in ipairs(ARGV) do
   entries[#entries + 1] = int(first + i - 1)
   entries[#entries + 1] = queue
   names[queue] = true
+  -- HSET in rounds: Lua's unpack takes a few thousand values at most.
+  if #entries == 2000 or i == #ARGV then
+    hset(KEYS[2], entries)
+    entries = {}
+  end
 end
-hset(KEYS[2], entries)
 for queue in pairs(names) do redis.call('SADD', KEYS[3], queue) end
 return first
