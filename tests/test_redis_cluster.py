@@ -174,6 +174,38 @@ def test_twins_and_refusals_leave_no_index_entries(q: leaseq.Queue) -> None:
         cluster.close()
 
 
+def test_a_producer_filling_a_queue_mid_batch_gets_a_refusal_naming_what_was_written(
+    q: leaseq.Queue, url: str, prefix: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The one gap of a multi-queue ``enqueue_many`` on a cluster: its dry run found room,
+    then another producer filled the capped queue before its write. The earlier queue's
+    job stays (it may already run), the refusal lists it, and no index entry is left for
+    the refused job."""
+    q.configure_queue("cap", max_jobs=1)
+    backend = q._backend  # type: ignore[attr-defined]
+    execute = backend.runner.execute
+    with leaseq.connect(url, table_prefix=prefix, reclaim_interval=None) as other:
+
+        def racing(call: Any) -> Any:
+            if call.name == "allocate":  # after the dry run, before the writes
+                other.enqueue("cap")
+            return execute(call)
+
+        monkeypatch.setattr(backend.runner, "execute", racing)
+        with pytest.raises(leaseq.QueueFull, match="were enqueued already") as refused:
+            q.enqueue_many([{"queue": "free"}, {"queue": "cap"}])
+    monkeypatch.undo()
+    [free] = q.jobs("free")
+    assert str([free.id]) in str(refused.value)
+    assert len(q.jobs("cap")) == 1  # only the racing producer's job
+    cluster = redis_cluster()
+    try:
+        indexed = {int(i) for i in cluster.hgetall(backend.ops.k.index)}
+    finally:
+        cluster.close()
+    assert indexed == {j.id for j in q.jobs()}
+
+
 def test_a_prune_that_died_before_its_index_write_leaves_no_job_behind(
     q: leaseq.Queue,
 ) -> None:
