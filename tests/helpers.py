@@ -124,10 +124,11 @@ def redis_cluster() -> Any:
     """A redis-py ``RedisCluster`` client on the test cluster (``REDIS_CLUSTER_URL``)."""
     from redis.cluster import RedisCluster
 
-    from leaseq.backends.redis.driver import cluster_url
+    from leaseq.backends.redis.driver import cluster_urls
 
-    return RedisCluster.from_url(cluster_url(REDIS_CLUSTER_URL), socket_connect_timeout=3,
-                                 decode_responses=True)
+    seeds = cluster_urls(REDIS_CLUSTER_URL)
+    assert seeds, f"not a redis+cluster:// URL: {REDIS_CLUSTER_URL}"
+    return RedisCluster.from_url(seeds[0], socket_connect_timeout=3, decode_responses=True)
 
 
 def wait_for(

@@ -103,6 +103,27 @@ def test_a_plain_redis_url_to_a_cluster_node_fails_loudly_on_other_slots(
             q.enqueue(queue)
 
 
+def test_a_url_may_name_several_nodes_and_the_first_that_answers_serves(
+    prefix: str,
+) -> None:
+    """A cluster URL listing a dead node first still works, sync and async, and the
+    wake-up listener moves on to the next node (tested below with the same URL)."""
+    require("redis_cluster")
+    host = REDIS_CLUSTER_URL.split("://", 1)[1].split("/")[0]
+    url = f"redis+cluster://127.0.0.1:1,{host}"
+    try:
+        with leaseq.connect(url, table_prefix=prefix, connect_timeout=2) as q:
+            job = q.enqueue("a")
+
+        async def read() -> str:
+            async with leaseq.connect_async(url, table_prefix=prefix) as aq:
+                return (await aq.get(job.id)).state
+
+        assert asyncio.run(read()) == "available"
+    finally:
+        drop_tables("redis_cluster", prefix)
+
+
 def test_an_unreachable_cluster_is_backend_unavailable(prefix: str) -> None:
     with pytest.raises(leaseq.BackendUnavailable, match=r"127\.0\.0\.1:1"):
         leaseq.connect("redis+cluster://127.0.0.1:1", table_prefix=prefix, connect_timeout=2)
@@ -228,18 +249,21 @@ def test_a_prune_that_died_before_its_index_write_leaves_no_job_behind(
 # -- push wake-ups across nodes ------------------------------------------------------------
 
 
-def test_a_publish_on_any_node_wakes_a_listener_on_another(prefix: str) -> None:
-    """The listener subscribes on the node the URL names; jobs of queues on each of the
-    three primaries wake it (classic pub/sub is cluster-wide)."""
+@pytest.mark.parametrize("first", ["", "127.0.0.1:1,"], ids=["one node", "dead node first"])
+def test_a_publish_on_any_node_wakes_a_listener_on_another(prefix: str, first: str) -> None:
+    """The listener subscribes on the first node the URL names that answers; jobs of
+    queues on each of the three primaries wake it (classic pub/sub is cluster-wide)."""
     require("redis_cluster")
     from leaseq._listen import listen_redis
 
+    host = REDIS_CLUSTER_URL.split("://", 1)[1].split("/")[0]
+    listen_url = f"redis+cluster://{first}{host}"
     queues = queues_on_every_node(prefix)
     woken: list[float] = []
     stop = threading.Event()
 
     async def listen() -> None:
-        await listen_redis(REDIS_CLUSTER_URL, prefix, queues, lambda: woken.append(1),
+        await listen_redis(listen_url, prefix, queues, lambda: woken.append(1),
                            stop.is_set)
 
     thread = threading.Thread(target=lambda: asyncio.run(listen()), daemon=True)

@@ -12,9 +12,10 @@ reclaim, prune, pause, configure) run again, as a whole plan on a fresh connecti
 the same lease is a no-op that succeeds. Anything else surfaces as ``BackendUnavailable``:
 its outcome is unknown, as with a lost SQL commit.
 
-``redis+cluster://host:port`` (``rediss+cluster://`` for TLS) names a Redis Cluster by
-any one of its nodes: the runners then hold a ``RedisCluster`` client, which learns the
-other nodes and routes each script to the node of its keys' slot, and the plans split
+``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` for TLS) names a
+Redis Cluster by one or more of its nodes (the first that answers serves): the runners
+then hold a ``RedisCluster`` client, which learns the other nodes and routes each script
+to the node of its keys' slot, and the plans split
 cross-slot work into one script per slot (``ops.py``).
 """
 
@@ -24,6 +25,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -130,19 +132,19 @@ def pool_options(settings: Settings) -> dict[str, Any]:
 
 
 class SyncRunner:
-    """Runs plans on a ``redis.Redis`` client, or with ``cluster`` a ``RedisCluster``
-    (one blocking pool of ``pool_size`` connections per node)."""
+    """Runs plans on a ``redis.Redis`` client, or with ``seeds`` (``cluster_urls``) a
+    ``RedisCluster`` (one blocking pool of ``pool_size`` connections per node)."""
 
     client: Any
 
-    def __init__(self, url: str, where: str, settings: Settings, cluster: bool = False
-                 ) -> None:
+    def __init__(self, url: str, where: str, settings: Settings,
+                 seeds: list[str] | None = None) -> None:
         self.where = where
         self.pool: redis.BlockingConnectionPool | None = None
-        if cluster:
+        if seeds is not None:
             self.client = redis.cluster.RedisCluster.from_url(
-                url, connection_pool_class=redis.BlockingConnectionPool,
-                **pool_options(settings),
+                seeds[0], startup_nodes=seed_nodes(seeds, redis.cluster.ClusterNode),
+                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings),
             )
             return
         self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings))
@@ -200,24 +202,27 @@ class SyncRunner:
 
 
 class AsyncRunner:
-    """Runs plans on a ``redis.asyncio.Redis`` client, or with ``cluster`` a
-    ``redis.asyncio.cluster.RedisCluster``. The server checks run before the first plan,
-    inside the caller's event loop."""
+    """Runs plans on a ``redis.asyncio.Redis`` client, or with ``seeds``
+    (``cluster_urls``) a ``redis.asyncio.cluster.RedisCluster``. The server checks run
+    before the first plan, inside the caller's event loop."""
 
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
-                 cluster: bool = False) -> None:
+                 seeds: list[str] | None = None) -> None:
         self.where = where
         self.ops = ops
         self.checked = False
         self.pool: redis.asyncio.BlockingConnectionPool | None = None
         self.slots: asyncio.Semaphore | None = None
         self.wait = settings.connect_timeout
-        if cluster:
+        if seeds is not None:
             options = pool_options(settings)
             del options["timeout"]
-            self.client = redis.asyncio.cluster.RedisCluster.from_url(url, **options)
+            self.client = redis.asyncio.cluster.RedisCluster.from_url(
+                seeds[0], startup_nodes=seed_nodes(seeds, redis.asyncio.cluster.ClusterNode),
+                **options,
+            )
             # The cluster client fails at once when a node's pool is used up; waiting up
             # to connect_timeout for a free slot here makes it block as the pool does.
             self.slots = asyncio.Semaphore(settings.pool_size)
@@ -315,9 +320,10 @@ class RedisBackend(PlanBackend):
         return self.run("drop", self.ops.drop)
 
 
-def cluster_url(url: str) -> str | None:
-    """The ``redis://`` (or ``rediss://``) URL redis-py's ``RedisCluster`` takes for a
-    ``redis+cluster://`` (``rediss+cluster://``) URL; None for any other URL. A cluster
+def cluster_urls(url: str) -> list[str] | None:
+    """For a ``redis+cluster://[user:password@]host[:port][,host[:port]...]`` URL
+    (``rediss+cluster://`` for TLS), one ``redis://`` (``rediss://``) URL per node named,
+    in order, with the same credentials and options; None for any other URL. A cluster
     has only database 0, so a URL naming another is refused."""
     scheme, sep, rest = url.partition("://")
     plain = CLUSTER_SCHEMES.get(scheme.lower())
@@ -329,23 +335,33 @@ def cluster_url(url: str) -> str | None:
         raise ConfigurationError(
             f"Redis Cluster has only database 0; drop /{db} from {url.split('@')[-1]!r}"
         )
-    return f"{plain}://{address}/" + (f"?{query}" if query else "")
+    user, at, hosts = address.rpartition("@")
+    return [f"{plain}://{user}{at}{host}/" + (f"?{query}" if query else "")
+            for host in hosts.split(",") if host]
+
+
+def seed_nodes(urls: list[str], node: Callable[[str, int], Any]) -> list[Any]:
+    """``node(host, port)`` for each URL but the first (which ``from_url`` reads)."""
+    out = []
+    for url in urls[1:]:
+        parts = urlsplit(url)
+        out.append(node(parts.hostname or "localhost", parts.port or 6379))
+    return out
 
 
 def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     """A backend for ``redis://[user:password@]host[:port][/db]`` (or ``rediss://`` for
-    TLS), or ``redis+cluster://[user:password@]host[:port]`` for a Redis Cluster that
-    has a node there (``rediss+cluster://`` for TLS). The sync client checks the server
+    TLS), or ``redis+cluster://[user:password@]host[:port][,host[:port]...]`` for a Redis
+    Cluster that has nodes there (``rediss+cluster://`` for TLS). The sync client checks the server
     at once, so a wrong URL fails here with its real reason; the async one on its first
     call."""
     where = url.split("@")[-1]
-    plain = cluster_url(url)
-    cluster = plain is not None
-    ops = RedisOps(settings.table_prefix, where, cluster)
+    seeds = cluster_urls(url)
+    ops = RedisOps(settings.table_prefix, where, seeds is not None)
     try:
         if use_async:
-            return RedisBackend(ops, AsyncRunner(plain or url, where, settings, ops, cluster))
-        runner = SyncRunner(plain or url, where, settings, cluster)
+            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds))
+        runner = SyncRunner(url, where, settings, seeds)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
     except FAILURES as exc:  # RedisCluster reads the topology at once
