@@ -20,8 +20,12 @@ T = TypeVar("T")
 POSTGRES_URL = os.environ.get("LEASEQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("LEASEQ_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
 REDIS_URL = os.environ.get("LEASEQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
+REDIS_CLUSTER_URL = os.environ.get("LEASEQ_TEST_REDIS_CLUSTER", "redis+cluster://127.0.0.1:7001")
 SQL_BACKENDS = ["sqlite", "postgres", "mysql"]
 BACKENDS = ["memory", *SQL_BACKENDS, "redis"]
+# The conformance suite also runs on a 3-master Redis Cluster (scripts/services starts it);
+# the other tests that take ``q`` do not, to keep the suite's time.
+CONFORMANCE_BACKENDS = [*BACKENDS, "redis_cluster"]
 
 
 def new_prefix() -> str:
@@ -40,6 +44,8 @@ def backend_url(backend: str, tmp_dir: str) -> str:
         return MYSQL_URL
     if backend == "redis":
         return REDIS_URL
+    if backend == "redis_cluster":
+        return REDIS_CLUSTER_URL
     raise ValueError(backend)
 
 
@@ -62,6 +68,13 @@ def reachable(backend: str) -> str | None:
 
             with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3) as client:
                 client.ping()
+        elif backend == "redis_cluster":
+            cluster = redis_cluster()
+            try:
+                state = cluster.cluster_info()["cluster_state"]
+                assert state == "ok", f"cluster_state is {state}"
+            finally:
+                cluster.close()
     except Exception as exc:
         return f"{backend} unreachable: {exc}"
     return None
@@ -96,6 +109,26 @@ def drop_tables(backend: str, prefix: str) -> None:
             # The pattern escapes the prefix and matches only its keys (keys.py).
             for key in client.scan_iter(match=Keys(prefix).pattern(), count=1000):
                 client.delete(key)
+    elif backend == "redis_cluster":
+        from leaseq.backends.redis.keys import Keys
+
+        cluster = redis_cluster()
+        try:
+            for key in cluster.scan_iter(match=Keys(prefix).pattern(), count=1000):
+                cluster.delete(key)
+        finally:
+            cluster.close()
+
+
+def redis_cluster() -> Any:
+    """A redis-py ``RedisCluster`` client on the test cluster (``REDIS_CLUSTER_URL``)."""
+    from redis.cluster import RedisCluster
+
+    from leaseq.backends.redis.driver import cluster_urls
+
+    seeds = cluster_urls(REDIS_CLUSTER_URL)
+    assert seeds, f"not a redis+cluster:// URL: {REDIS_CLUSTER_URL}"
+    return RedisCluster.from_url(seeds[0], socket_connect_timeout=3, decode_responses=True)
 
 
 def wait_for(

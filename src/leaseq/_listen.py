@@ -77,6 +77,10 @@ async def listen_redis(
     Redis at ``url`` and call ``wake()`` for each message naming one of ``queues``, and
     once after each (re)subscribe. Runs until ``stopping()`` or cancelled.
 
+    On a Redis Cluster (``redis+cluster://``) it subscribes on the first node the URL
+    names, and after a failure tries the next one: classic pub/sub reaches every node, so
+    a script's PUBLISH on any primary wakes it.
+
     Its connection is named ``leaseq-listen`` (``CLIENT SETNAME``) unless the URL gives a
     ``client_name``. A dropped connection is logged as a WARNING and opened again with
     backoff (0.5 s doubling up to 30 s); a user whose ACL refuses the channel gets one
@@ -87,8 +91,11 @@ async def listen_redis(
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
+    from leaseq.backends.redis.driver import cluster_urls
     from leaseq.backends.redis.keys import Keys
 
+    nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
+    failures = 0
     channel = Keys(prefix).wake  # a bad prefix raises here, once, not on every reconnect
     wanted = set(queues)
     pause = 0.5
@@ -96,7 +103,7 @@ async def listen_redis(
     while not stopping():
         # Options in the URL (client_name, timeouts, TLS) win over these defaults.
         client = redis.asyncio.Redis.from_url(
-            url,
+            nodes[failures % len(nodes)],
             client_name=REDIS_CLIENT_NAME,
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
             # Bounds the commands of the connect handshake (AUTH, SETNAME), which a frozen
@@ -129,6 +136,7 @@ async def listen_redis(
         except Exception as exc:
             log.warning("Redis wake-up subscription lost (%s); polling until it is back",
                         str(exc) or type(exc).__name__)
+            failures += 1  # a cluster URL's next node, if it names several
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
 

@@ -13,7 +13,7 @@ _memory_lock = threading.Lock()
 
 SCHEMES = (
     "sqlite:///path.db, postgresql://user@host/db, mysql://user@host/db, "
-    "redis://host:6379/0 or memory://"
+    "redis://host:6379/0, redis+cluster://host:7000 or memory://"
 )
 
 
@@ -34,7 +34,7 @@ def create_backend(url: str, settings: Settings, use_async: bool) -> Any:
     if scheme in ("mysql", "mariadb"):
         module = _optional("leaseq.backends.mysql.driver", "mysql", "PyMySQL")
         return module.create(url, settings, use_async)
-    if scheme in ("redis", "rediss"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         module = _optional("leaseq.backends.redis.driver", "redis", "redis-py")
         return module.create(url, settings, use_async)
     raise ConfigurationError(f"unsupported URL scheme {scheme!r} in {url!r}; use {SCHEMES}")

@@ -11,6 +11,12 @@ reclaim, prune, pause, configure) run again, as a whole plan on a fresh connecti
 ``RECONNECTS`` times over about 3 s (a restart, a failover); a repeated ``complete`` by
 the same lease is a no-op that succeeds. Anything else surfaces as ``BackendUnavailable``:
 its outcome is unknown, as with a lost SQL commit.
+
+``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://`` for TLS) names a
+Redis Cluster by one or more of its nodes (the first that answers serves): the runners
+then hold a ``RedisCluster`` client, which learns the other nodes and routes each script
+to the node of its keys' slot, and the plans split
+cross-slot work into one script per slot (``ops.py``).
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 from redis import exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -41,12 +50,18 @@ from leaseq.errors import (
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
 RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
+# What redis-py raises: RedisCluster's own errors (no node reachable, a slot without a
+# node) are not RedisErrors.
+FAILURES = (exceptions.RedisError, exceptions.RedisClusterException)
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def disconnected(exc: BaseException) -> bool:
     """True when ``exc`` says the connection to the server was lost (or the server is
     still loading its data after a restart); not for refused credentials or a pool with
     no free connection, which another attempt would not cure."""
+    if isinstance(exc, (exceptions.ClusterDownError, exceptions.SlotNotCoveredError)):
+        return True  # a cluster failing over: refused before anything ran
     return (
         isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError))
         and not isinstance(exc, (exceptions.AuthenticationError,
@@ -63,7 +78,8 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
     text = str(exc)
     if isinstance(exc, (exceptions.AuthenticationError, exceptions.AuthorizationError)):
         return AuthenticationFailed(f"Redis at {where} refused the credentials: {text}")
-    if isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError)):
+    if isinstance(exc, (exceptions.ConnectionError, exceptions.TimeoutError,
+                        exceptions.ClusterDownError, exceptions.RedisClusterException)):
         return BackendUnavailable(f"Redis at {where} is unavailable: {text}")
     if isinstance(exc, exceptions.ReadOnlyError):
         return BackendUnavailable(
@@ -71,6 +87,12 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
         )
     if isinstance(exc, exceptions.OutOfMemoryError) or "OOM command not allowed" in text:
         return BackendError(f"Redis at {where} is out of memory; nothing was written ({text})")
+    if isinstance(exc, (exceptions.MovedError, exceptions.AskError)) or (
+            "hash to the same slot" in text):
+        return ConfigurationError(
+            f"Redis at {where} is a Redis Cluster node ({text}); name the cluster with a "
+            "redis+cluster:// URL"
+        )
     if "DB index is out of range" in text:
         return ConfigurationError(f"Redis at {where}: {text}")
     return BackendError(f"Redis at {where} failed: {text}")
@@ -110,10 +132,21 @@ def pool_options(settings: Settings) -> dict[str, Any]:
 
 
 class SyncRunner:
-    """Runs plans on a ``redis.Redis`` client."""
+    """Runs plans on a ``redis.Redis`` client, or with ``seeds`` (``cluster_urls``) a
+    ``RedisCluster`` (one blocking pool of ``pool_size`` connections per node)."""
 
-    def __init__(self, url: str, where: str, settings: Settings) -> None:
+    client: Any
+
+    def __init__(self, url: str, where: str, settings: Settings,
+                 seeds: list[str] | None = None) -> None:
         self.where = where
+        self.pool: redis.BlockingConnectionPool | None = None
+        if seeds is not None:
+            self.client = redis.cluster.RedisCluster.from_url(
+                seeds[0], startup_nodes=seed_nodes(seeds, redis.cluster.ClusterNode),
+                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings),
+            )
+            return
         self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings))
         self.client = redis.Redis(connection_pool=self.pool)
 
@@ -124,7 +157,7 @@ class SyncRunner:
                 return drive(factory(), self.execute)
             except LeaseqError:
                 raise
-            except exceptions.RedisError as exc:
+            except FAILURES as exc:
                 if idempotent and reconnects < RECONNECTS and disconnected(exc):
                     reconnects += 1
                     time.sleep(0.05 * 2 ** (reconnects - 1))
@@ -132,7 +165,7 @@ class SyncRunner:
                 raise translate(exc, self.where) from exc
 
     def command(self, *args: Any) -> Any:
-        return self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return self.client.execute_command(*args)
 
     def execute(self, call: Call) -> Any:
         if call.command:
@@ -151,23 +184,53 @@ class SyncRunner:
             self.command("SCRIPT LOAD", script.text)
             return self.command("EVALSHA", *args)
 
+    def drop(self, pattern: str) -> int:
+        """Deletes the keys matching ``pattern`` on every primary (``drop`` on a
+        cluster, where a SCAN cursor belongs to one node)."""
+        try:
+            keys = list(self.client.scan_iter(match=pattern, count=1000))
+            for start in range(0, len(keys), 1000):
+                self.client.unlink(*keys[start:start + 1000])
+        except FAILURES as exc:
+            raise translate(exc, self.where) from exc
+        return len(keys)
+
     def close(self) -> None:
         self.client.close()
-        self.pool.disconnect()
+        if self.pool is not None:
+            self.pool.disconnect()
 
 
 class AsyncRunner:
-    """Runs plans on a ``redis.asyncio.Redis`` client. The server checks run before the
-    first plan, inside the caller's event loop."""
+    """Runs plans on a ``redis.asyncio.Redis`` client, or with ``seeds``
+    (``cluster_urls``) a ``redis.asyncio.cluster.RedisCluster``. The server checks run
+    before the first plan, inside the caller's event loop."""
 
-    def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps) -> None:
+    client: Any
+
+    def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
+                 seeds: list[str] | None = None) -> None:
         self.where = where
         self.ops = ops
+        self.checked = False
+        self.pool: redis.asyncio.BlockingConnectionPool | None = None
+        self.slots: asyncio.Semaphore | None = None
+        self.wait = settings.connect_timeout
+        if seeds is not None:
+            options = pool_options(settings)
+            del options["timeout"]
+            self.client = redis.asyncio.cluster.RedisCluster.from_url(
+                seeds[0], startup_nodes=seed_nodes(seeds, redis.asyncio.cluster.ClusterNode),
+                **options,
+            )
+            # The cluster client fails at once when a node's pool is used up; waiting up
+            # to connect_timeout for a free slot here makes it block as the pool does.
+            self.slots = asyncio.Semaphore(settings.pool_size)
+            return
         self.pool = redis.asyncio.BlockingConnectionPool.from_url(
             url, **pool_options(settings)
         )
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
-        self.checked = False
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> Awaitable[T]:
         return self._run(factory, idempotent)
@@ -182,7 +245,7 @@ class AsyncRunner:
                 return await adrive(factory(), self.execute)
             except LeaseqError:
                 raise
-            except exceptions.RedisError as exc:
+            except FAILURES as exc:
                 if idempotent and reconnects < RECONNECTS and disconnected(exc):
                     reconnects += 1
                     await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
@@ -190,7 +253,19 @@ class AsyncRunner:
                 raise translate(exc, self.where) from exc
 
     async def command(self, *args: Any) -> Any:
-        return await self.client.execute_command(*args)  # type: ignore[no-untyped-call]
+        if self.slots is None:
+            return await self.client.execute_command(*args)
+        try:
+            await asyncio.wait_for(self.slots.acquire(), self.wait)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"Redis at {self.where}: no free connection within {self.wait:g} s "
+                "(pool_size)"
+            ) from None
+        try:
+            return await self.client.execute_command(*args)
+        finally:
+            self.slots.release()
 
     async def execute(self, call: Call) -> Any:
         if call.command:
@@ -208,9 +283,20 @@ class AsyncRunner:
             await self.command("SCRIPT LOAD", script.text)
             return await self.command("EVALSHA", *args)
 
+    async def drop(self, pattern: str) -> int:
+        """Deletes the keys matching ``pattern`` on every primary."""
+        try:
+            keys = [key async for key in self.client.scan_iter(match=pattern, count=1000)]
+            for start in range(0, len(keys), 1000):
+                await self.client.unlink(*keys[start:start + 1000])
+        except FAILURES as exc:
+            raise translate(exc, self.where) from exc
+        return len(keys)
+
     async def close(self) -> None:
         await self.client.aclose()
-        await self.pool.disconnect()
+        if self.pool is not None:
+            await self.pool.disconnect()
 
 
 class RedisBackend(PlanBackend):
@@ -226,19 +312,60 @@ class RedisBackend(PlanBackend):
     def migrate(self) -> Any:
         return self.run("migrate", self.ops.migrate)
 
+    def drop(self) -> Any:
+        """Not part of the contract: deletes every key under this prefix (``leaseq
+        bench`` and the tests clean up with it); on a cluster, every primary's."""
+        if self.ops.cluster:
+            return self.runner.drop(self.ops.k.pattern())
+        return self.run("drop", self.ops.drop)
+
+
+def cluster_urls(url: str) -> list[str] | None:
+    """For a ``redis+cluster://[user:password@]host[:port][,host[:port]...]`` URL
+    (``rediss+cluster://`` for TLS), one ``redis://`` (``rediss://``) URL per node named,
+    in order, with the same credentials and options; None for any other URL. A cluster
+    has only database 0, so a URL naming another is refused."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower())
+    if plain is None or not sep:
+        return None
+    address, _, tail = rest.partition("/")
+    db, _, query = tail.partition("?")
+    if db not in ("", "0"):
+        raise ConfigurationError(
+            f"Redis Cluster has only database 0; drop /{db} from {url.split('@')[-1]!r}"
+        )
+    user, at, hosts = address.rpartition("@")
+    return [f"{plain}://{user}{at}{host}/" + (f"?{query}" if query else "")
+            for host in hosts.split(",") if host]
+
+
+def seed_nodes(urls: list[str], node: Callable[[str, int], Any]) -> list[Any]:
+    """``node(host, port)`` for each URL but the first (which ``from_url`` reads)."""
+    out = []
+    for url in urls[1:]:
+        parts = urlsplit(url)
+        out.append(node(parts.hostname or "localhost", parts.port or 6379))
+    return out
+
 
 def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     """A backend for ``redis://[user:password@]host[:port][/db]`` (or ``rediss://`` for
-    TLS). The sync client checks the server at once, so a wrong URL fails here with its
-    real reason; the async one on its first call."""
+    TLS), or ``redis+cluster://[user:password@]host[:port][,host[:port]...]`` for a Redis
+    Cluster that has nodes there (``rediss+cluster://`` for TLS). The sync client checks the server
+    at once, so a wrong URL fails here with its real reason; the async one on its first
+    call."""
     where = url.split("@")[-1]
-    ops = RedisOps(settings.table_prefix, where)
+    seeds = cluster_urls(url)
+    ops = RedisOps(settings.table_prefix, where, seeds is not None)
     try:
         if use_async:
-            return RedisBackend(ops, AsyncRunner(url, where, settings, ops))
-        runner = SyncRunner(url, where, settings)
+            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds))
+        runner = SyncRunner(url, where, settings, seeds)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
+    except FAILURES as exc:  # RedisCluster reads the topology at once
+        raise translate(exc, where) from exc
     try:
         runner.run(ops.startup)
     except BaseException:

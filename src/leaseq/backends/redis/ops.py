@@ -7,6 +7,12 @@ async runners in ``driver.py`` drive the same plans. Each state change is one sc
 it is atomic on the server; a plan adds at most a read before it (``locate``: which
 queue a job id belongs to) or loops a bounded script in rounds.
 
+On Redis Cluster (``cluster=True``) a script may only touch keys of one slot: each queue's
+keys share the slot of their ``{P:Q}`` hash tag, the global keys (id counter, id index,
+queue lists) that of ``{P}``. There the plans split what is one script on a single server
+into one call per slot, in an order that leaves a crash between them harmless (each
+method says which); docs/redis.md lists what stops being atomic.
+
 Values cross into Lua as text: times and durations as integer microseconds (leases and
 queue settings as the seconds Python holds, so they read back exactly), optional values
 as ``""`` (null) or ``"+"`` and the value (``scripts/_common.lua``).
@@ -164,10 +170,14 @@ class Located:
 class RedisOps:
     """Plans for every contract method; see ``backends.base.Backend`` for the states."""
 
-    def __init__(self, prefix: str, where: str) -> None:
+    def __init__(self, prefix: str, where: str, cluster: bool = False) -> None:
         self.k = Keys(prefix)
         self.where = where
         self.located = Located()
+        self.cluster = cluster
+        # Most queues one script call reads: on a cluster each queue's keys have a slot
+        # of their own, so one.
+        self.chunk = 1 if cluster else CHUNK
 
     # -- start-up and migrate ----------------------------------------------------------
 
@@ -223,6 +233,8 @@ class RedisOps:
         refuse_connection(conn)
         if not jobs:
             return []
+        if self.cluster:
+            return (yield from self.enqueue_sliced(jobs))
         groups: dict[str, int] = {}
         keys = [self.k.ids, self.k.index, self.k.queues]
         args: list[str | int] = []
@@ -230,23 +242,57 @@ class RedisOps:
             if job.queue not in groups:
                 groups[job.queue] = len(groups) + 1
                 keys += self.k.queue(job.queue)
-            run_at = None if job.run_at is None else us_at(job.run_at)
-            window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
-            args += [groups[job.queue], job.queue, opt(job.kind), job.payload, job.priority,
-                     job.max_attempts, opt(job.unique_key), us(job.delay), opt(run_at),
-                     opt(job.lease), opt(window), opt(job.headers)]
+            args += job_args(groups[job.queue], job)
         reply = yield Call("enqueue", keys, args)
         if reply and reply[0] == "full":
             queue = next(name for name, number in groups.items() if number == int(reply[1]))
-            raise QueueFull(
-                f"queue {queue!r} holds its max_jobs={reply[2]} live jobs; nothing was "
-                "enqueued"
-            )
+            raise queue_full(queue, reply[2])
         results = [EnqueueResult(int(reply[i]), bool(reply[i + 1]))
                    for i in range(0, len(reply), 2)]
         for job, result in zip(jobs, results, strict=True):
             self.located.put(result.id, job.queue)
         return results
+
+    def enqueue_sliced(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+        """Enqueue on Redis Cluster: ``allocate.lua`` hands out and indexes an id per job
+        (the ``{P}`` slot), then ``enqueue.lua`` writes each queue's jobs (its own slot).
+        Until then an indexed id names no job, which readers take for "no such job"; ids
+        of twins and of refused jobs are removed from the index afterwards.
+
+        A batch over several queues first asks each queue, writing nothing, whether it
+        has room (max_jobs), so a refusal writes nothing; only a producer that fills a
+        queue in between can make a later queue refuse after earlier ones were written,
+        and the ``QueueFull`` then says which jobs were."""
+        by_queue: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_queue.setdefault(job.queue, []).append(i)
+        if len(by_queue) > 1:
+            for queue, items in by_queue.items():
+                args = ["1", *(a for i in items for a in [*job_args(1, jobs[i]), 0])]
+                reply = yield Call("enqueue", self.k.queue(queue), args)
+                if reply:
+                    raise queue_full(queue, reply[2])
+        first = yield Call("allocate", (self.k.ids, self.k.index, self.k.queues),
+                           [job.queue for job in jobs])
+        ids = [int(first) + i for i in range(len(jobs))]
+        results: list[EnqueueResult | None] = [None] * len(jobs)
+        for queue, items in by_queue.items():
+            args = ["0", *(a for i in items for a in [*job_args(1, jobs[i]), ids[i]])]
+            reply = yield Call("enqueue", self.k.queue(queue), args)
+            if reply and reply[0] == "full":
+                yield Call("HDEL", args=(self.k.index, *(
+                    ids[i] for i, r in enumerate(results) if r is None or r.id != ids[i]
+                )), command=True)
+                written = sorted(r.id for r in results if r is not None and r.created)
+                raise queue_full(queue, reply[2], written)
+            for n, i in enumerate(items):
+                results[i] = EnqueueResult(int(reply[2 * n]), bool(reply[2 * n + 1]))
+                self.located.put(results[i].id, queue)  # type: ignore[union-attr]
+        done = [r for r in results if r is not None]
+        unused = [ids[i] for i, r in enumerate(done) if r.id != ids[i]]
+        if unused:
+            yield Call("HDEL", args=(self.k.index, *unused), command=True)
+        return done
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
@@ -256,8 +302,42 @@ class RedisOps:
         and replies the fields a ``Job`` needs, by position. No ``limited`` (the backend
         drops it): the script reads every queue's limits in the same HMGET as its lease
         settings, atomically, so the client's belief about limits changes nothing."""
+        args = (worker_id, opt(lease), limit, repr(default_lease))
+        if self.cluster:
+            return (yield from self.claim_sliced(queues, args, limit))
         keys = [key for queue in queues for key in self.k.queue(queue)]
-        reply = yield Call("claim", keys, (worker_id, opt(lease), limit, repr(default_lease)))
+        reply = yield Call("claim", keys, args)
+        return self.claimed(reply, worker_id)
+
+    def claim_sliced(self, queues: Sequence[str], args: tuple[str | int, ...], limit: int
+                     ) -> Plan[list[Job]]:
+        """A claim on Redis Cluster, one ``claim.lua`` call per queue. Over several
+        queues, ``heads.lua`` first reads each one's candidates (nothing written); their
+        merge in the global claim order says how many jobs to claim from each queue. A
+        claimer racing in between can leave a queue short, so such a claim may return
+        fewer jobs, never more and never out of any queue's own order."""
+        names = list(dict.fromkeys(queues))
+        if len(names) == 1:
+            reply = yield Call("claim", self.k.queue(names[0]), args)
+            return self.claimed(reply, str(args[0]))
+        heads: list[tuple[int, str, str]] = []
+        for queue in names:
+            flat = yield Call("heads", self.k.queue(queue), (limit,))
+            heads += [(int(flat[i]), flat[i + 1], queue) for i in range(0, len(flat), 2)]
+        heads.sort()
+        wanted: dict[str, int] = {}
+        for _, _, queue in heads[:limit]:
+            wanted[queue] = wanted.get(queue, 0) + 1
+        order = {(queue, int(member[-20:])): n for n, (_, member, queue) in enumerate(heads)}
+        jobs: list[Job] = []
+        for queue, count in wanted.items():
+            reply = yield Call("claim", self.k.queue(queue), (*args[:2], count, args[3]))
+            jobs += self.claimed(reply, str(args[0]))
+        jobs.sort(key=lambda job: order.get((job.queue, job.id), len(order)))
+        return jobs
+
+    def claimed(self, reply: list[Any], worker_id: str) -> list[Job]:
+        """The jobs of a ``claim.lua`` reply."""
         jobs = []
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
              token, lease_until, created_at, seconds, headers) in reply:
@@ -277,6 +357,13 @@ class RedisOps:
         """One read-only script over the queues (``next_due.lua``), by the server's clock."""
         if not queues:
             return None
+        if self.cluster:  # one read per queue (slot); the least wait wins
+            waits = []
+            for queue in dict.fromkeys(queues):
+                reply = yield Call("next_due", self.k.queue(queue))
+                if reply is not None:
+                    waits.append(float(reply))
+            return min(waits, default=None)
         keys = [key for queue in queues for key in self.k.queue(queue)]
         reply = yield Call("next_due", keys)
         return None if reply is None else float(reply)
@@ -313,7 +400,18 @@ class RedisOps:
             run = [(i, where[i]) for i in pending if i in where]
             if not run:
                 break
-            out = yield call(run)
+            if self.cluster and not single:
+                # One call per queue (slot), in the order of each queue's first item; the
+                # replies go back into item order.
+                slices: dict[str, list[tuple[int, str]]] = {}
+                for i, queue in run:
+                    slices.setdefault(queue, []).append((i, queue))
+                run = [item for items in slices.values() for item in items]
+                out = []
+                for items in slices.values():
+                    out += yield call(items)
+            else:
+                out = yield call(run)
             pending = []
             for (i, _), reply in zip(run, [out] if single else out, strict=True):
                 if reply == "missing":
@@ -484,17 +582,22 @@ class RedisOps:
         """Every queue that ever held a job or was paused, sorted, in chunks of
         ``(names, keys)``."""
         names = sorted((yield Call("queues", (self.k.queues,))))
-        chunks = [names[i:i + CHUNK] for i in range(0, len(names), CHUNK)]
+        chunks = [names[i:i + self.chunk] for i in range(0, len(names), self.chunk)]
         return [(chunk, [key for name in chunk for key in self.k.queue(name)])
                 for chunk in chunks]
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
         """Every queue with jobs, history or a settings row (configured or ever paused)."""
         out: dict[str, QueueStats] = {}
+        configured: set[str] = set()
+        if self.cluster:  # the {P}:configured set lies in another slot than the queues
+            configured = set((yield Call("queues", (self.k.configured,))))
         for names, keys in (yield from self.queue_groups()):
-            counts = yield Call("stats", [self.k.configured, *keys], names)
+            head = [] if self.cluster else [self.k.configured]
+            counts = yield Call("stats", [*head, *keys], names)
             for name, c in zip(names, counts, strict=True):
                 n = [int(v) for v in c[:9]]
+                n[8] = n[8] or int(name in configured)
                 if any(n):
                     age = c[9] if len(c) > 9 else None
                     out[name] = QueueStats(
@@ -545,8 +648,12 @@ class RedisOps:
             if name not in QUEUE_SETTINGS:
                 raise ValueError(f"unknown queue setting {name!r}")
             args += [name, setting_text(name, value)]
-        keys = (self.k.queues, self.k.configured, self.k.settings(queue))
-        flat = yield Call("configure", keys, args)
+        if self.cluster:  # listed first: a crash in between leaves default settings
+            yield Call("register", (self.k.queues, self.k.configured), (queue,))
+            flat = yield Call("configure", (self.k.settings(queue),), args)
+        else:
+            keys = (self.k.queues, self.k.configured, self.k.settings(queue))
+            flat = yield Call("configure", keys, args)
         return queue_config(queue, flat)
 
     def queue_configs(self) -> Plan[dict[str, QueueConfig]]:
@@ -554,8 +661,8 @@ class RedisOps:
         most (clients re-read this every few seconds, so it must stay cheap)."""
         names = sorted((yield Call("queues", (self.k.configured,))))
         out: dict[str, QueueConfig] = {}
-        for start in range(0, len(names), CHUNK):
-            chunk = names[start:start + CHUNK]
+        for start in range(0, len(names), self.chunk):
+            chunk = names[start:start + self.chunk]
             flats = yield Call("configs", [self.k.settings(name) for name in chunk])
             for name, flat in zip(chunk, flats, strict=True):
                 out[name] = queue_config(name, flat)
@@ -566,8 +673,12 @@ class RedisOps:
         return str(info["redis_version"])
 
     def set_paused(self, queue: str, paused: bool) -> Plan[None]:
-        yield Call("pause", [self.k.queues, self.k.configured, *self.k.queue(queue)],
-                   (queue, int(paused)))
+        if self.cluster:  # listed first: a crash in between leaves the queue unpaused
+            yield Call("register", (self.k.queues, self.k.configured), (queue,))
+            yield Call("pause", self.k.queue(queue), (queue, int(paused)))
+        else:
+            yield Call("pause", [self.k.queues, self.k.configured, *self.k.queue(queue)],
+                       (queue, int(paused)))
 
     def paused(self) -> Plan[list[str]]:
         stats = yield from self.stats()
@@ -593,7 +704,16 @@ class RedisOps:
         pruned = 0
         for _, keys in (yield from self.queue_groups()):
             while True:
-                got = yield Call("prune", [self.k.index, *keys], (us(older_than), ROUND))
+                if self.cluster:
+                    # The jobs go first, their index entries after (another slot): a
+                    # crash in between leaves entries that name no job, which readers
+                    # take for "no such job".
+                    ids = yield Call("prune", keys, (us(older_than), ROUND))
+                    if ids:
+                        yield Call("HDEL", args=(self.k.index, *ids), command=True)
+                    got = len(ids)
+                else:
+                    got = yield Call("prune", [self.k.index, *keys], (us(older_than), ROUND))
                 pruned += got
                 if got < ROUND:
                     break
@@ -639,6 +759,27 @@ def info(h: dict[str, str], now: int) -> JobInfo:
         updated_at=at(h.get("updated_at") or h["created_at"]),
         lease=None if lease is None else float(lease), headers=decode(h.get("headers")),
     )
+
+
+def job_args(group: int, job: NewJob) -> list[str | int]:
+    """The 12 ARGV values of one job for ``enqueue.lua``."""
+    run_at = None if job.run_at is None else us_at(job.run_at)
+    window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
+    return [group, job.queue, opt(job.kind), job.payload, job.priority, job.max_attempts,
+            opt(job.unique_key), us(job.delay), opt(run_at), opt(job.lease), opt(window),
+            opt(job.headers)]
+
+
+def queue_full(queue: str, cap: str | int, written: Sequence[int] = ()) -> QueueFull:
+    """The refusal of an enqueue by queue ``queue``'s max_jobs."""
+    if written:
+        return QueueFull(
+            f"queue {queue!r} holds its max_jobs={cap} live jobs; its jobs were not "
+            f"enqueued, but a producer filled it during this batch and the jobs "
+            f"{written} of other queues were enqueued already"
+        )
+    return QueueFull(f"queue {queue!r} holds its max_jobs={cap} live jobs; nothing was "
+                     "enqueued")
 
 
 def refuse_connection(conn: Any) -> None:

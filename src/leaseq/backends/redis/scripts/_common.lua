@@ -37,7 +37,11 @@
 --                                  member id (reclaim's dead_retention reads the oldest)
 --
 -- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
--- keys share another (docs/redis.md says what that means for Cluster).
+-- keys share another (docs/redis.md says what that means for Cluster). On a cluster a
+-- script may touch one slot only: the scripts that take {P} keys and queue keys together
+-- on a single server (enqueue, stats, prune, pause, configure) also take a cluster form
+-- without the {P} keys, told apart by #KEYS, whose {P} half ops.py runs as a script of its
+-- own (allocate, register) or a plain command; multi-queue scripts get one queue per call.
 --
 -- WAKE CHANNEL (pub/sub, not a key): P:wake. A script that puts jobs of queue Q into its
 -- ready set (make_available of a due job, resume) PUBLISHes Q there, once per queue per

@@ -3,17 +3,21 @@
 -- The queue gets a settings row (is listed by queue_configs and stats) even when every
 -- setting is at its default.
 --
--- KEYS[1] {P}:queues   KEYS[2] {P}:configured   KEYS[3] {P:Q}:settings
+-- KEYS[1] {P}:queues   KEYS[2] {P}:configured   KEYS[3] {P:Q}:settings; on Redis Cluster
+-- KEYS[1] {P:Q}:settings alone (register.lua listed the queue before)
 -- ARGV[1] queue name   ARGV[2..] pairs: setting name, value ("" to delete)
 -- Returns: the stored settings, an HGETALL reply
 
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('SADD', KEYS[2], ARGV[1])
+local settings = KEYS[#KEYS]
+if #KEYS == 3 then
+  redis.call('SADD', KEYS[1], ARGV[1])
+  redis.call('SADD', KEYS[2], ARGV[1])
+end
 for i = 2, #ARGV, 2 do
   if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[3], ARGV[i])
+    redis.call('HDEL', settings, ARGV[i])
   else
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+    redis.call('HSET', settings, ARGV[i], ARGV[i + 1])
   end
 end
-return redis.call('HGETALL', KEYS[3])
+return redis.call('HGETALL', settings)

@@ -16,11 +16,20 @@
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
 --   delay (µs from now), run_at (optional, µs since the epoch; wins over delay),
 --   lease (optional, seconds), unique_for (optional, µs), headers (optional, JSON text)
+--
+-- CLUSTER FORM (Redis Cluster, where the {P} keys live in another slot): KEYS is one
+-- queue's GROUP alone; ARGV[1] is "1" for a dry run (decide, write nothing, reply {} or
+-- the "full" refusal) or "0"; then 13 values per job: the 12 above (group always 1) and
+-- the job's id, handed out and indexed beforehand by allocate.lua. A job that turns out
+-- a twin leaves its id unused (ops.py removes it from the index again).
 -- Publishes: each queue that got a job due now, once, on P:wake (_common.lua)
 -- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin); or
 -- {"full", group, max_jobs} when a queue would exceed its max_jobs (nothing written)
 
-local N = 12
+local cluster = #KEYS % GROUP == 0
+local base = cluster and 1 or 4  -- KEYS index of the first queue GROUP
+local first_arg = cluster and 2 or 1  -- ARGV index of the first job's values
+local N = cluster and 13 or 12
 local now = now_us()
 local created_at = int(now)
 
@@ -28,7 +37,7 @@ local groups = {}
 local function group(number)
   local q = groups[number]
   if not q then
-    q = queue_at(4 + (tonumber(number) - 1) * GROUP)
+    q = queue_at(base + (tonumber(number) - 1) * GROUP)
     groups[number] = q
   end
   return q
@@ -49,7 +58,7 @@ end
 -- the id of an existing twin, same[i] the number (1-based) of an earlier job of this batch
 -- that it duplicates.
 local twin, same, creates, first_of = {}, {}, {}, {}
-for i = 1, #ARGV, N do
+for i = first_arg, #ARGV, N do
   local g, unique_key = ARGV[i], opt(ARGV[i + 6])
   if unique_key then
     local q = group(g)
@@ -61,7 +70,7 @@ for i = 1, #ARGV, N do
       same[i] = first_of[mine]
     else
       twin[i] = recent_twin(q, unique_key, opt(ARGV[i + 10])) or nil
-      if not twin[i] then first_of[mine] = (i - 1) / N + 1 end
+      if not twin[i] then first_of[mine] = (i - first_arg) / N + 1 end
     end
   end
   if not twin[i] and not same[i] then creates[g] = (creates[g] or 0) + 1 end
@@ -77,9 +86,11 @@ for g, count in pairs(creates) do
   end
 end
 
+if cluster and ARGV[1] == '1' then return {} end
+
 -- Pass 2: write.
 local out = {}
-for i = 1, #ARGV, N do
+for i = first_arg, #ARGV, N do
   if twin[i] then
     out[#out + 1] = tonumber(twin[i])
     out[#out + 1] = 0
@@ -91,7 +102,7 @@ for i = 1, #ARGV, N do
     local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
     local priority, unique_key = ARGV[i + 4], opt(ARGV[i + 6])
     local run_at, lease, headers = opt(ARGV[i + 8]), opt(ARGV[i + 9]), opt(ARGV[i + 11])
-    local id = int(redis.call('INCR', KEYS[1]))
+    local id = cluster and ARGV[i + 12] or int(redis.call('INCR', KEYS[1]))
     local at = run_at or int(now + tonumber(ARGV[i + 7]))
     local key = q.job .. id
     local set = {'id', id, 'queue', queue, 'payload', payload, 'priority', priority,
@@ -107,8 +118,10 @@ for i = 1, #ARGV, N do
     hset(key, set)
     redis.call('ZADD', q.jobs, id, id)
     make_available(q, id, at, priority, now)
-    redis.call('HSET', KEYS[2], id, queue)
-    redis.call('SADD', KEYS[3], queue)
+    if not cluster then
+      redis.call('HSET', KEYS[2], id, queue)
+      redis.call('SADD', KEYS[3], queue)
+    end
     out[#out + 1] = tonumber(id)
     out[#out + 1] = 1
   end

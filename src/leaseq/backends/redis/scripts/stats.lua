@@ -6,7 +6,9 @@
 -- oldest of the first member of each priority (one ZRANGEBYSCORE per distinct priority,
 -- at most PRIORITIES of them), or the first of the delayed set when that one is due.
 --
--- KEYS[1] {P}:configured   KEYS[2..] one GROUP of keys per queue (_common.lua)
+-- KEYS[1] {P}:configured   KEYS[2..] one GROUP of keys per queue (_common.lua); on Redis
+-- Cluster one queue's GROUP alone (its settings-row flag is then 0: ops.py reads the
+-- {P}:configured set in a call of its own)
 -- ARGV: the queue names, in KEYS order
 -- Returns: per queue, in KEYS order, {available, scheduled, running, dead, completed,
 -- cancelled, discarded, paused (1/0), has a settings row (1/0), µs the oldest due job
@@ -32,8 +34,9 @@ local function oldest_due(q)
   return oldest and int(math.max(now - oldest, 0))
 end
 
+local head = #KEYS % GROUP  -- 1 with {P}:configured, 0 without
 local out = {}
-for first = 2, #KEYS, GROUP do
+for first = head + 1, #KEYS, GROUP do
   local q = queue_at(first)
   local due = redis.call('ZCOUNT', q.delayed, '-inf', t)
   out[#out + 1] = {
@@ -45,7 +48,7 @@ for first = 2, #KEYS, GROUP do
     redis.call('ZCARD', q.cancelled),
     redis.call('ZCARD', q.discarded),
     redis.call('EXISTS', q.paused),
-    redis.call('SISMEMBER', KEYS[1], ARGV[(first - 2) / GROUP + 1]),
+    head == 1 and redis.call('SISMEMBER', KEYS[1], ARGV[(first - 2) / GROUP + 1]) or 0,
     oldest_due(q),
   }
 end
