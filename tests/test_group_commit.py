@@ -56,13 +56,6 @@ class Batches:
         self.sizes.append(len(jobs))
         return self._write(jobs)  # type: ignore[no-any-return]
 
-    async def awrite(self, jobs: list[NewJob]) -> list[EnqueueResult]:
-        if self._should_hold():
-            while self.pending() < self.hold_until:
-                await asyncio.sleep(0.005)  # the callers queue up on this same loop
-        self.sizes.append(len(jobs))
-        return await self._write(jobs)  # type: ignore[no-any-return]
-
 
 @contextmanager
 def batches(q: leaseq.Queue, hold_until: int = 0) -> Iterator[Batches]:
@@ -165,6 +158,51 @@ def test_tasks_each_id_committed_when_enqueue_returns(url: str, prefix: str,
     assert q.stats()["gc"].available == THREADS * 8
     if grouped(q):
         assert max(sizes) > 1, sizes
+
+
+def test_a_task_cancelled_while_it_waits_writes_nothing(url: str, prefix: str,
+                                                        q: leaseq.Queue) -> None:
+    """Three tasks: the first's write is held; the second is cancelled while it waits for
+    the next batch; the third goes on. Only the first and third jobs exist."""
+    if not grouped(q):
+        pytest.skip("memory writes every enqueue directly: there is no batch to leave")
+
+    async def main() -> list[Any]:
+        aq = leaseq.connect_async(url, table_prefix=prefix, reclaim_interval=None)
+        assert aq._group is not None
+        group, write, release = aq._group, aq._group._write, asyncio.Event()
+
+        async def held(jobs: list[NewJob]) -> list[EnqueueResult]:
+            if jobs[0].payload == '"first"':
+                await release.wait()
+            return await write(jobs)
+
+        group._write = held
+
+        async def until(condition: Callable[[], bool]) -> None:
+            for _ in range(2000):
+                if condition():
+                    return
+                await asyncio.sleep(0.005)
+            raise AssertionError("timed out")
+
+        try:
+            first = asyncio.ensure_future(aq.enqueue("gc", "first"))
+            await until(lambda: group._writing == 1)
+            second = asyncio.ensure_future(aq.enqueue("gc", "second"))
+            third = asyncio.ensure_future(aq.enqueue("gc", "third"))
+            await until(lambda: len(group._pending) == 2)
+            second.cancel()
+            await until(lambda: len(group._pending) == 1)
+            release.set()
+            return list(await asyncio.gather(first, second, third, return_exceptions=True))
+        finally:
+            await aq.close()
+
+    first, second, third = asyncio.run(main())
+    assert isinstance(second, asyncio.CancelledError)
+    assert isinstance(first, leaseq.EnqueueResult) and isinstance(third, leaseq.EnqueueResult)
+    assert sorted(info.payload for info in q.jobs("gc")) == ["first", "third"]
 
 
 # -- per-caller semantics inside one batch --------------------------------------------------
