@@ -123,6 +123,7 @@ class LeaseqAdapter:
         async def go() -> float:
             aq = leaseq.connect_async(self.url, table_prefix=self.prefix, reclaim_interval=None)
             try:
+                await aq.queue_configs()  # opens the pool first, untimed, as pgqueuer's is
                 return await tasks_enqueue(
                     n, lambda: aq.enqueue(QUEUE, {"t": time.time()}, kind="noop"))
             finally:
