@@ -191,16 +191,22 @@ class AsyncGroupCommit:
         self._writing = 0
         self._pending: list[tuple[NewJob, asyncio.Future[EnqueueResult]]] = []
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while they run
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def enqueue(self, job: NewJob) -> EnqueueResult:
         """See ``GroupCommit.enqueue``."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A new event loop (``asyncio.run`` again): a batch that the old loop's shutdown
+            # cancelled may not have cleaned up after itself, and its waiters are gone.
+            self._loop, self._writing, self._pending = loop, 0, []
         if self._writing < self.writers:
             self._writing += 1
             try:
                 return (await self._write([job]))[0]
             finally:
                 self._next_batch()
-        waiter: asyncio.Future[EnqueueResult] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[EnqueueResult] = loop.create_future()
         entry = (job, waiter)
         self._pending.append(entry)
         try:
