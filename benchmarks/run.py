@@ -76,10 +76,23 @@ class Workload:
     seconds: float = 0.0
 
 
+def concurrent(method: str) -> Callable[[Any, int], Any]:
+    """A workload that calls the adapter's optional `method(n)` (see adapters/base.py)."""
+
+    def run(adapter: Any, n: int) -> Any:
+        call = getattr(adapter, method, None)
+        if call is None:
+            raise NotImplementedError(f"no {method} in this adapter")
+        return call(n)
+
+    return run
+
+
 def make_workloads(jobs: int, quick: bool, rate: float, seconds: float) -> list[Workload]:
     div = 10 if quick else 1
     n_single = max(1, jobs // 10 // div)
     n_batch = max(1, jobs // div)
+    n_conc = max(1, jobs // 2 // div)
     pickup_s = max(2.0, seconds / div)
     return [
         Workload(
@@ -87,6 +100,23 @@ def make_workloads(jobs: int, quick: bool, rate: float, seconds: float) -> list[
             f"{n_single:,} no-op jobs enqueued one call at a time from one process, on a client "
             "opened beforehand; jobs/s = N / wall time of the loop.",
             lambda a, n: a.enqueue_single(n), n=n_single,
+        ),
+        Workload(
+            "enqueue_concurrent",
+            f"Enqueue, {base.PRODUCERS} concurrent producers (N={n_conc:,})", "rate",
+            f"{n_conc:,} no-op jobs enqueued by {base.PRODUCERS} producers of one process, "
+            "each enqueueing one job per call (a web app's request workers), in each "
+            "system's natural shape: threads sharing one client for a sync client, asyncio "
+            "tasks for an async-only one (see each system's configuration); jobs/s = N / "
+            "wall time from releasing the producers until the last call returned.",
+            concurrent("enqueue_concurrent"), n=n_conc,
+        ),
+        Workload(
+            "enqueue_concurrent_async",
+            f"Enqueue, {base.PRODUCERS} asyncio tasks (N={n_conc:,})", "rate",
+            f"as above with {base.PRODUCERS} asyncio tasks on one event loop sharing one "
+            "async client; n/a for systems without an asyncio client.",
+            concurrent("enqueue_concurrent_async"), n=n_conc,
         ),
         Workload(
             "enqueue_batch", f"Enqueue, batch API (N={n_batch:,}, batches of {base.BATCH:,})",
@@ -680,7 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=200.0, help="pickup jobs/s (default 200)")
     p.add_argument("--seconds", type=float, default=10.0, help="pickup duration (default 10)")
     p.add_argument("--workloads", help="comma-separated subset of: enqueue_single, "
-                   "enqueue_batch, drain_1, drain_2, pickup")
+                   "enqueue_concurrent, enqueue_concurrent_async, enqueue_batch, drain_1, "
+                   "drain_2, pickup")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "RESULTS-run.md"),
                    help="markdown report; its .json twin is written beside it")
     p.add_argument("--merge", action="append", default=[],

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -44,6 +44,7 @@ RECORD_ENV = "LEASEQ_BENCH_RECORD"
 # leaseq's workers run at WARNING too. LQBENCH_LOG=default keeps each system's own default.
 QUIET_LOGS = os.environ.get("LQBENCH_LOG", "warning") != "default"
 BATCH = 1_000  # batch size for enqueue_batch, unless a system's maximum is lower
+PRODUCERS = 32  # threads (or asyncio tasks) of enqueue_concurrent: a web app's request workers
 POLL = 0.010  # the parent polls the completion counter this often
 
 
@@ -87,6 +88,14 @@ class Adapter(Protocol):
         ...
 
 
+# Optional methods run.py calls when an adapter has them (else the workload is n/a):
+#   enqueue_concurrent(n) -> float        seconds for `PRODUCERS` producers of one process,
+#                                         each enqueueing one job per call, n jobs in all,
+#                                         in the system's natural web-app shape (threads for
+#                                         a sync client, tasks for an async-only one);
+#                                         see `threads_enqueue` and `tasks_enqueue`
+#   enqueue_concurrent_async(n) -> float  the same with `PRODUCERS` asyncio tasks on one
+#                                         event loop (systems with an asyncio client)
 # Optional attributes run.py reads with getattr, when an adapter has them:
 #   config: str                       one line for the method section: what was chosen
 #   last_drain: DrainTiming | None    set by drain(); run.py reports the steady rate too
@@ -110,6 +119,61 @@ def record(enqueued_at: float) -> None:
 
 
 # ---------------------------------------------------------------------------- parent side
+
+
+def threads_enqueue(n: int, enqueue: Callable[[], object], producers: int = PRODUCERS) -> float:
+    """Seconds for `producers` threads to make n `enqueue()` calls in all, one at a time
+    each (a web app's request threads, each enqueueing one job per request). The threads
+    are started and parked on a barrier first, so thread start-up is not timed."""
+    import threading
+
+    left = [n]
+    lock = threading.Lock()
+    gate = threading.Barrier(producers + 1)
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        gate.wait()
+        try:
+            while True:
+                with lock:
+                    if left[0] <= 0:
+                        return
+                    left[0] -= 1
+                enqueue()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, daemon=True) for _ in range(producers)]
+    for t in threads:
+        t.start()
+    gate.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+async def tasks_enqueue(
+    n: int, enqueue: Callable[[], Awaitable[object]], producers: int = PRODUCERS
+) -> float:
+    """Seconds for `producers` asyncio tasks to make n `await enqueue()` calls in all, one
+    at a time each (an async web app's concurrent requests)."""
+    import asyncio
+
+    left = [n]
+
+    async def produce() -> None:
+        while left[0] > 0:
+            left[0] -= 1
+            await enqueue()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(produce() for _ in range(producers)))
+    return time.perf_counter() - start
 
 
 def unique_name(system: str) -> str:

@@ -29,6 +29,7 @@ from benchmarks.adapters.base import (
     record,
     run_drain,
     run_pickup,
+    threads_enqueue,
     unique_name,
     venv_script,
 )
@@ -101,6 +102,13 @@ class DramatiqAdapter:
         for _ in range(n):
             actor.send(time.time())
         return time.perf_counter() - t0
+
+    def enqueue_concurrent(self, n: int) -> float:
+        """`PRODUCERS` threads calling `actor.send` on one broker (redis-py's connection
+        pool is thread-safe)."""
+        actor = self.actor
+        assert actor is not None
+        return threads_enqueue(n, lambda: actor.send(time.time()))
 
     def enqueue_batch(self, n: int) -> float:
         raise NotImplementedError("dramatiq has no batch enqueue (a group sends one by one)")

@@ -33,6 +33,7 @@ from benchmarks.adapters.base import (
     record,
     run_drain,
     run_pickup,
+    threads_enqueue,
     unique_name,
     venv_script,
 )
@@ -110,6 +111,13 @@ class HueyAdapter:
         for _ in range(n):
             task(time.time())  # type: ignore[operator]
         return time.perf_counter() - t0
+
+    def enqueue_concurrent(self, n: int) -> float:
+        """`PRODUCERS` threads calling the task (huey is thread-safe: a connection per
+        thread on SQLite, a connection pool on Redis)."""
+        task = self.task
+        assert task is not None
+        return threads_enqueue(n, lambda: task(time.time()))  # type: ignore[operator]
 
     def enqueue_batch(self, n: int) -> float:
         raise NotImplementedError("huey has no batch enqueue (task.map loops over enqueue)")

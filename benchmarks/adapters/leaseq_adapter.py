@@ -3,6 +3,9 @@
 Configuration:
 * producer: `Queue.enqueue` (one transaction per job) and `Queue.enqueue_many` in batches of
   1,000 (one statement per batch on PostgreSQL and MySQL, one transaction on SQLite);
+  concurrent producers: 32 threads sharing one `Queue`, or 32 asyncio tasks sharing one
+  `AsyncQueue`, default settings (group commit on: enqueues that arrive while one is
+  being written share the next transaction);
 * worker: the CLI, `leaseq worker benchmarks.adapters.leaseq_adapter:app` with its default
   concurrency per OS process, as a user who passes no options gets it; the task is a no-op
   that calls `record` and returns: an `async def` on the worker's event loop (1,000 jobs at
@@ -15,6 +18,7 @@ Configuration:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -29,6 +33,8 @@ from benchmarks.adapters.base import (
     record,
     run_drain,
     run_pickup,
+    tasks_enqueue,
+    threads_enqueue,
     unique_name,
 )
 
@@ -111,6 +117,28 @@ class LeaseqAdapter:
         for first in range(0, n, BATCH):
             self.q.enqueue_many([self._job() for _ in range(min(BATCH, n - first))])
         return time.perf_counter() - start
+
+    def enqueue_concurrent(self, n: int) -> float:
+        """`PRODUCERS` threads sharing one `Queue` (default settings: group commit on, pool
+        of 10 connections), each calling `enqueue` once per job."""
+        q = self.q
+        assert q is not None
+        return threads_enqueue(n, lambda: q.enqueue(QUEUE, {"t": time.time()}, kind="noop"))
+
+    def enqueue_concurrent_async(self, n: int) -> float:
+        """`PRODUCERS` asyncio tasks sharing one `AsyncQueue` (default settings), each
+        awaiting `enqueue` once per job."""
+
+        async def go() -> float:
+            aq = leaseq.connect_async(self.url, table_prefix=self.prefix, reclaim_interval=None)
+            try:
+                await aq.queue_configs()  # opens the pool first, untimed, as pgqueuer's is
+                return await tasks_enqueue(
+                    n, lambda: aq.enqueue(QUEUE, {"t": time.time()}, kind="noop"))
+            finally:
+                await aq.close()
+
+        return asyncio.run(go())
 
     def _command(self) -> list[str]:
         return [sys.executable, "-m", "leaseq.cli", "worker",

@@ -5,7 +5,9 @@ Configuration (pgqueuer's defaults throughout):
   (`PGQUEUER_PREFIX=lqbench_pgqueuer_<hex>_`, which also names its NOTIFY channel); removed
   with `Queries.uninstall()`.
 * producer: one asyncpg connection; `Queries.enqueue(entrypoint, payload)` per job; the batch
-  API is the same call with lists (UNNEST arrays), 1,000 jobs per call.
+  API is the same call with lists (UNNEST arrays), 1,000 jobs per call. Concurrent
+  producers: 32 asyncio tasks sharing `Queries(AsyncpgPoolDriver(pool))` over
+  `asyncpg.create_pool(dsn)` with its default size (10 connections).
 * worker: one OS process per worker running `pgqueuer.run(factory)`, which its docstring
   calls "Run a worker from *factory*, as ``pgq run`` does, without the CLI", on the CLI's
   own event loop helper (uvloop) and logger (at WARNING, see QUIET_LOGS in base.py; pgqueuer
@@ -31,7 +33,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pgqueuer
 from pgqueuer import PgQueuer
-from pgqueuer.db import AsyncpgDriver
+from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver
 from pgqueuer.domain.settings import db_settings
 from pgqueuer.models import Job
 from pgqueuer.queries import Queries
@@ -46,6 +48,7 @@ from benchmarks.adapters.base import (
     record,
     run_drain,
     run_pickup,
+    tasks_enqueue,
     unique_name,
 )
 
@@ -162,6 +165,23 @@ class PgqueuerAdapter:
             return time.perf_counter() - t0
 
         return self._run(go())
+
+    def enqueue_concurrent(self, n: int) -> float:
+        """`PRODUCERS` asyncio tasks (pgqueuer's client is async only), each enqueueing one
+        job per call through one shared `Queries` over an asyncpg pool with asyncpg's
+        default size (10 connections), as an async web app would set it up."""
+
+        async def go() -> float:
+            async with asyncpg.create_pool(PG_DSN) as pool:
+                q = Queries(AsyncpgPoolDriver(pool))
+                return await tasks_enqueue(
+                    n, lambda: q.enqueue(ENTRYPOINT, repr(time.time()).encode()))
+
+        return self._run(go())
+
+    def enqueue_concurrent_async(self, n: int) -> float:
+        """The same as `enqueue_concurrent`: pgqueuer's natural shape is already tasks."""
+        return self.enqueue_concurrent(n)
 
     def drain(self, n: int, workers: int) -> float:
         self._run(self._enqueue_many(n))

@@ -36,6 +36,7 @@ from benchmarks.adapters.base import (  # noqa: E402
     record,
     run_drain,
     run_pickup,
+    threads_enqueue,
     unique_name,
     venv_script,
 )
@@ -108,6 +109,13 @@ class RqAdapter:
         for _ in range(n):
             q.enqueue(noop, time.time())
         return time.perf_counter() - t0
+
+    def enqueue_concurrent(self, n: int) -> float:
+        """`PRODUCERS` threads sharing one `rq.Queue` (redis-py's connection pool is
+        thread-safe)."""
+        q = self.queue
+        assert q is not None
+        return threads_enqueue(n, lambda: q.enqueue(noop, time.time()))
 
     def enqueue_batch(self, n: int) -> float:
         t0 = time.perf_counter()

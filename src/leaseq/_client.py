@@ -29,6 +29,7 @@ from leaseq._core.job import (
     ServerStats,
 )
 from leaseq._core.settings import Settings
+from leaseq._group import AsyncGroupCommit, GroupCommit, grouped
 from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewJob
@@ -43,6 +44,7 @@ class Queue(Shared):
         super().__init__(url, settings)
         self._backend: Backend = create_backend(url, settings, use_async=False)
         self._configs_lock = threading.Lock()
+        self._group = GroupCommit(self._write) if grouped(self._backend, settings) else None
 
     @property
     def backend(self) -> str:
@@ -114,9 +116,7 @@ class Queue(Shared):
                             lease=lease, unique_for=unique_for, headers=headers)
         if _tracing.on:
             return self._enqueue_traced([job], conn)[0]
-        result = self._backend.enqueue([job], conn, self._capped_in([job]))[0]
-        _wakeup.notify(self._wake_key, [job.queue])
-        return result
+        return self._enqueue_jobs([job], conn)[0]
 
     def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, conn: Any = None
@@ -130,15 +130,24 @@ class Queue(Shared):
             return []
         if _tracing.on:
             return self._enqueue_traced(jobs, conn)
-        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
-        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
-        return results
+        return self._write(jobs, conn)
 
     def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """``enqueue_many`` inside a producer span whose context the jobs carry."""
         with _tracing.producing(jobs) as span:
-            results = self._backend.enqueue(span.jobs, conn, self._capped_in(span.jobs))
+            results = self._enqueue_jobs(span.jobs, conn)
             span.enqueued(results)
+        return results
+
+    def _enqueue_jobs(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
+        """A lone job without ``conn`` joins the group commit (``_group``)."""
+        if self._group is not None and conn is None and len(jobs) == 1:
+            return [self._group.enqueue(jobs[0])]
+        return self._write(jobs, conn)
+
+    def _write(self, jobs: list[NewJob], conn: Any = None) -> list[EnqueueResult]:
+        """One transaction (the caller's, with ``conn``), then the in-process wake-up."""
+        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 
@@ -459,6 +468,8 @@ class AsyncQueue(Shared):
         super().__init__(url, settings)
         self._backend: AsyncBackend = create_backend(url, settings, use_async=True)
         self._wakers: set[asyncio.Event] = set()
+        self._group = (AsyncGroupCommit(self._write) if grouped(self._backend, settings)
+                       else None)
 
     @property
     def backend(self) -> str:
@@ -497,9 +508,7 @@ class AsyncQueue(Shared):
                             lease=lease, unique_for=unique_for, headers=headers)
         if _tracing.on:
             return (await self._enqueue_traced([job], conn))[0]
-        result = (await self._backend.enqueue([job], conn, self._capped_in([job])))[0]
-        _wakeup.notify(self._wake_key, [job.queue])
-        return result
+        return (await self._enqueue_jobs([job], conn))[0]
 
     async def enqueue_many(
         self, items: Iterable[Mapping[str, Any]], *, conn: Any = None
@@ -511,15 +520,24 @@ class AsyncQueue(Shared):
             return []
         if _tracing.on:
             return await self._enqueue_traced(jobs, conn)
-        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
-        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
-        return results
+        return await self._write(jobs, conn)
 
     async def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """See ``Queue._enqueue_traced``."""
         with _tracing.producing(jobs) as span:
-            results = await self._backend.enqueue(span.jobs, conn, self._capped_in(span.jobs))
+            results = await self._enqueue_jobs(span.jobs, conn)
             span.enqueued(results)
+        return results
+
+    async def _enqueue_jobs(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
+        """See ``Queue._enqueue_jobs``."""
+        if self._group is not None and conn is None and len(jobs) == 1:
+            return [await self._group.enqueue(jobs[0])]
+        return await self._write(jobs, conn)
+
+    async def _write(self, jobs: list[NewJob], conn: Any = None) -> list[EnqueueResult]:
+        """See ``Queue._write``."""
+        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 

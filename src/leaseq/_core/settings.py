@@ -28,6 +28,13 @@ class Settings:
             None never (then run ``reclaim`` yourself). Defaults to 1.
         table_prefix: Prefix of leaseq's table names (or Redis keys), so several
             independent queues can share one database. Defaults to ``"leaseq_"``.
+        group_commit: Concurrent ``enqueue`` calls of this client (threads of a
+            ``Queue``, tasks of an ``AsyncQueue``) that arrive while another one is being
+            written share the next transaction, each returning after its commit with its
+            own result or error; a lone enqueue is written at once, as without it.
+            ``conn=`` enqueues never take part. False writes each call in a transaction
+            of its own. Defaults to True (the memory backend, which has no commit to
+            share, always writes directly).
     """
 
     lease: float = 30.0
@@ -38,6 +45,7 @@ class Settings:
     connect_timeout: float = 10.0
     reclaim_interval: float | None = 1.0
     table_prefix: str = "leaseq_"
+    group_commit: bool = True
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> ConfigurationError:
@@ -61,3 +69,5 @@ class Settings:
             raise bad("reclaim_interval", "None or a number of seconds >= 0")
         if not (isinstance(self.table_prefix, str) and _PREFIX.fullmatch(self.table_prefix)):
             raise bad("table_prefix", "1-40 characters of a-z 0-9 _, not starting with a digit")
+        if not isinstance(self.group_commit, bool):
+            raise bad("group_commit", "True or False")
