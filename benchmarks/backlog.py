@@ -76,16 +76,19 @@ def fill(q: leaseq.Queue, queue: str, count: int, kind: str | None = None,
         done += n
 
 
-def analyze(url: str, prefix: str) -> None:
+def analyze(url: str, prefix: str, vacuum: bool = False) -> None:
     """Refreshes the planner's statistics of the live table, as a running server does by
     itself soon after a bulk insert (PostgreSQL's autovacuum; InnoDB recalculates persistent
-    statistics once a tenth of a table changed). SQLite keeps none unless the application
-    runs ANALYZE, and leaseq does not, so it is left as a real deployment has it."""
+    statistics once a tenth of a table changed). With ``vacuum``, PostgreSQL also VACUUMs
+    it, as autovacuum does after that many inserted or deleted rows: claimed and finished
+    jobs leave dead entries at the head of the claim index until then. SQLite keeps no
+    statistics unless the application runs ANALYZE, and leaseq does not, so it is left as a
+    real deployment has it."""
     if url.startswith("postgres"):
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"ANALYZE {prefix}jobs")
+            conn.execute(f"{'VACUUM (ANALYZE)' if vacuum else 'ANALYZE'} {prefix}jobs")
     elif url.startswith("mysql"):
         conn = _mysql(url)
         with conn.cursor() as cur:

@@ -8,16 +8,24 @@ Per backend (SQLite in a temporary file, PostgreSQL, MariaDB/MySQL), on one fres
 prefix dropped at the end:
 
 1. **Backlog sweep.** For each size B (1k, 10k, 100k, 1M by default) the queue is filled
-   with ``enqueue_many`` batches of 5,000 to B waiting jobs and the live table ANALYZEd
-   (``backlog.analyze``: what autovacuum does soon after a bulk insert). Then, from one
-   client, ``--samples`` claims of a batch of ``--batch`` jobs (``dequeue(limit=batch)``
-   alone timed; acked untimed) and ``--samples`` claim+ack pairs of one job; taken jobs are
-   replaced, so the backlog stays at B. Then ``--drain-jobs`` N more jobs are added and one
+   with ``enqueue_many`` batches of 5,000 to B waiting jobs, then given what the server's
+   own maintenance would soon give it (``backlog.analyze``: ANALYZE; on PostgreSQL VACUUM
+   (ANALYZE), as autovacuum does after that many inserts or deletes). Then, from one client,
+   ``--samples`` claims of a batch of ``--batch`` jobs (``dequeue(limit=batch)`` alone
+   timed; acked untimed) and ``--samples`` claim+ack pairs of one job, in ``--repeats``
+   rounds (the figures are the median over rounds of each round's percentile); taken jobs
+   are replaced, so the backlog stays at B. Then ``--drain-jobs`` N more jobs are added and one
    ``leaseq worker`` process drains N jobs off the top of the B + N (the oldest first):
    the worker starts against a paused queue, the clock starts when the queue is resumed and
    stops when the N-th handler has run (counted by ``benchmarks.adapters.base.record``).
+   ``--repeats`` drains, each from a freshly maintained table; after the last one the claims are
+   timed again, before any VACUUM: the N jobs just claimed and finished are dead entries
+   at the head of PostgreSQL's claim index until VACUUM removes them. On PostgreSQL each
+   latency step also records the dead tuples and one claim's ``EXPLAIN (ANALYZE,
+   BUFFERS)``: run time and claim-index pages touched.
 2. **Worker sweep.** At a fixed backlog (``--workers-backlog``, 100k by default), the same
-   drain of ``--workers-jobs`` jobs by 1, 2, 4 and 8 worker processes.
+   drain of ``--workers-jobs`` jobs by 1, 2, 4 and 8 worker processes, each from a
+   maintained table.
 
 Each drain also reports how busy all CPUs were while it ran (``/proc/stat``) and the CPU
 seconds its worker processes used: when the CPUs are near 100 % the machine, not the
@@ -36,6 +44,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import statistics
 import sys
 import tempfile
 import time
@@ -94,6 +103,15 @@ def parse_ints(text: str) -> list[int]:
 def latency_summary(latencies: list[float]) -> dict[str, float]:
     """p50/p95/p99 in milliseconds of sorted ``latencies`` (nearest rank)."""
     return {f"p{p}_ms": round(percentile(latencies, p) * 1000, 3) for p in (50, 95, 99)}
+
+
+def rounds_summary(rounds: list[list[float]]) -> dict[str, Any]:
+    """The median over rounds of each round's p50/p95/p99 (ms), and each round's p50."""
+    each = [latency_summary(r) for r in rounds]
+    out: dict[str, Any] = {key: round(statistics.median(s[key] for s in each), 3)
+                           for key in each[0]}
+    out["rounds_p50_ms"] = [s["p50_ms"] for s in each]
+    return out
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -160,16 +178,25 @@ class Scale:
         asked before they stop)."""
         self.waiting = self.q.stats()[QUEUE].available
 
+    def maintain(self) -> None:
+        """What the server's own maintenance does soon after a bulk change: ANALYZE, and on
+        PostgreSQL VACUUM (``backlog.analyze``)."""
+        analyze(self.url, self.prefix, vacuum=True)
+
     def latencies(self) -> dict[str, Any]:
-        """Claim of a batch, and claim+ack of one job, at the current backlog."""
+        """Claim of a batch, and claim+ack of one job, at the current backlog; on
+        PostgreSQL also the claim's plan and the table's dead tuples before them."""
         a = self.args
+        probe = pg_probe(self.url, self.prefix, a.batch) if self.name == "postgres" else {}
         busy = self.settle()
-        batch = claim_latencies(self.q, QUEUE, a.samples, limit=a.batch, ack=False,
-                                kind=KIND, payload=PAYLOAD)
-        single = claim_latencies(self.q, QUEUE, a.samples, limit=1, ack=True,
-                                 kind=KIND, payload=PAYLOAD)
-        return {"busy_before": busy, "claim_batch": latency_summary(batch),
-                "claim_ack": latency_summary(single)}
+        batches, singles = [], []
+        for _ in range(a.repeats):  # rounds: a burst of load elsewhere spoils one, not all
+            batches.append(claim_latencies(self.q, QUEUE, a.samples, limit=a.batch,
+                                           ack=False, kind=KIND, payload=PAYLOAD))
+            singles.append(claim_latencies(self.q, QUEUE, a.samples, limit=1, ack=True,
+                                           kind=KIND, payload=PAYLOAD))
+        return {"busy_before": busy, "claim_batch": rounds_summary(batches),
+                "claim_ack": rounds_summary(singles), **probe}
 
     def drain(self, jobs: int, workers: int) -> dict[str, Any]:
         """``workers`` worker processes drain ``jobs`` jobs off the top of the queue."""
@@ -216,6 +243,45 @@ class Scale:
         }
 
 
+def pg_probe(url: str, prefix: str, limit: int) -> dict[str, Any]:
+    """PostgreSQL only: the live table's dead tuples (``pg_stat_user_tables``) and one claim
+    of ``limit`` jobs under ``EXPLAIN (ANALYZE, BUFFERS)``, rolled back: its run time and
+    the pages its walk of the claim index touched. Dead index entries at the head of the
+    claim index (jobs claimed since the last VACUUM) show up as pages, not as rows."""
+    import psycopg
+
+    from leaseq.backends.postgres.driver import PostgresDialect
+
+    params = {"queues": [QUEUE], "takes": [None], "limit": limit, "lease": None,
+              "default_lease": 30.0, "worker_id": "scale-explain"}
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables "
+                           "WHERE relname = %s", [f"{prefix}jobs"]).fetchone()
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                            + PostgresDialect(prefix).q["claim"], params).fetchone()
+        conn.rollback()
+    assert plan is not None
+    top = plan[0][0]
+    scans = [n for n in _nodes(top) if n.get("Index Name") == f"{prefix}jobs_claim"]
+    pages = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
+    return {"pg": {"dead_tuples": row[1] if row else None,
+                   "claim_execution_ms": round(top["Execution Time"], 3),
+                   "claim_index_pages": pages}}
+
+
+def _nodes(plan: Any) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan tree, depth first."""
+    out = []
+    if isinstance(plan, dict):
+        out.append(plan)
+        for value in plan.values():
+            out += _nodes(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            out += _nodes(value)
+    return out
+
+
 def wait_started(ws: base.Workers) -> None:
     """Returns once every worker logged that it started fetching (imports done)."""
     deadline = time.monotonic() + START_TIMEOUT
@@ -242,6 +308,7 @@ def worker_sweep(scale: Scale, args: argparse.Namespace) -> list[dict[str, Any]]
     for workers in args.workers:
         for _ in range(args.repeats):
             scale.fill_to(args.workers_backlog + args.workers_jobs)
+            scale.maintain()
             result = scale.drain(args.workers_jobs, workers)
             result["waiting"] = args.workers_backlog
             rows.append(result)
@@ -257,18 +324,24 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]
     try:
         for size in args.sizes:
             load = scale.fill_to(size)
-            analyze(url, scale.prefix)
+            scale.maintain()
             row: dict[str, Any] = {"waiting": size, "load_seconds": round(load, 1)}
             row.update(scale.latencies())
             row["tables"] = sizes_of(url, scale.prefix)
             drains = []
             for _ in range(args.repeats):
                 scale.fill_to(size + args.drain_jobs)
+                scale.maintain()  # each drain starts from the same state
                 drains.append(scale.drain(args.drain_jobs, 1))
             row["drains"] = drains
+            # Again, with the last drain's claimed jobs not yet vacuumed away.
+            scale.fill_to(size)
+            row["after_drain"] = scale.latencies()
             out["backlog"].append(row)
             log(f"{name} {size:>9,}: claim {row['claim_batch']['p50_ms']} ms "
-                f"(batch of {args.batch}), claim+ack {row['claim_ack']['p50_ms']} ms, "
+                f"(batch of {args.batch}), claim+ack {row['claim_ack']['p50_ms']} ms; "
+                f"after a drain {row['after_drain']['claim_batch']['p50_ms']} / "
+                f"{row['after_drain']['claim_ack']['p50_ms']} ms; "
                 f"drain {[d['jobs_per_s'] for d in drains]} jobs/s (load {load:.1f} s)")
             if size == args.workers_backlog:
                 out["workers"] = worker_sweep(scale, args)
@@ -282,7 +355,6 @@ def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]
                 scale.q.ack_many(taken)
                 scale.waiting -= len(taken)
             scale.fill_to(args.workers_backlog)
-            analyze(url, scale.prefix)
             out["workers"] = worker_sweep(scale, args)
     finally:
         out["busiest_before"] = round(scale.busiest, 3)
@@ -297,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default="sqlite,postgres,mysql")
     parser.add_argument("--sizes", type=parse_ints, default=parse_ints("1k,10k,100k,1M"),
                         help="backlog sizes, ascending (default 1k,10k,100k,1M)")
-    parser.add_argument("--samples", type=int, default=300,
-                        help="timed claims per size, of each kind (default 300)")
+    parser.add_argument("--samples", type=int, default=200,
+                        help="timed claims of each kind per round (default 200)")
     parser.add_argument("--batch", type=int, default=100,
                         help="jobs per timed batch claim (default 100)")
     parser.add_argument("--drain-jobs", type=int, default=20_000,
@@ -309,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers-jobs", type=int, default=40_000,
                         help="jobs drained per worker-sweep measurement (default 40,000)")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="drains per point; the plots show the median (default 3)")
+                        help="drains, and rounds of claims, per point; the tables and "
+                             "plots show the median (default 3)")
     parser.add_argument("--idle-wait", type=float, default=5.0,
                         help="seconds to wait for idle CPUs before each measurement")
     parser.add_argument("--quick", action="store_true",

@@ -32,6 +32,14 @@ def by_workers(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     return dict(sorted(out.items()))
 
 
+def after(row: dict[str, Any]) -> str:
+    """The after-a-drain p50 cells of a backlog row, or n/a."""
+    a = row.get("after_drain")
+    if a is None:
+        return "n/a"
+    return f"{a['claim_batch']['p50_ms']:.2f} / {a['claim_ack']['p50_ms']:.2f}"
+
+
 def share(drains: list[dict[str, Any]], key: str) -> float:
     """Median share of the CPUs' capacity during a drain that ``key``'s CPU seconds were."""
     return float(statistics.median(d[key] / d["cores_x_seconds"] for d in drains))
@@ -89,6 +97,10 @@ def plot(report: dict[str, Any], out_dir: Path) -> list[Path]:
                        label=f"{LABELS.get(name, name)}: claim of {opts['batch']}")
         ax.plot(x, [r["claim_ack"]["p50_ms"] for r in rows], marker="s", linestyle="--",
                 color=line[0].get_color(), label=f"{LABELS.get(name, name)}: claim+ack of 1")
+        if all("after_drain" in r for r in rows):
+            ax.plot(x, [r["after_drain"]["claim_batch"]["p50_ms"] for r in rows], marker="x",
+                    linestyle=":", color=line[0].get_color(),
+                    label=f"{LABELS.get(name, name)}: claim of {opts['batch']}, after a drain")
     ax.set(xscale="log", yscale="log", xlabel="waiting jobs (backlog)", ylabel="p50 ms",
            title=f"Claim latency against backlog (p50)\n{stamp}")
     paths.append(_save(fig, ax, out_dir / FILES["latency"]))
@@ -111,13 +123,16 @@ def markdown(report: dict[str, Any]) -> str:
     """The tables of RESULTS.md's scale section, from one report."""
     opts = report["options"]
     lines = [
-        f"Claim latency (ms; {opts['samples']} claims of each kind per size) and drain rate "
-        f"(jobs/s, {opts['drain_jobs']:,} jobs by 1 worker process; median of "
+        f"Claim latency (ms; median over {opts['repeats']} rounds of {opts['samples']} claims "
+        "of each kind, on a maintained "
+        f"table, and again right after a drain of {opts['drain_jobs']:,} jobs) and drain "
+        f"rate (jobs/s, {opts['drain_jobs']:,} jobs by 1 worker process; median of "
         f"{opts['repeats']}, min-max) against the backlog:",
         "",
         "| backend | waiting | claim of "
-        f"{opts['batch']} p50 / p99 | claim+ack of 1 p50 / p99 | drain jobs/s | CPUs busy |",
-        "|---|---|---|---|---|---|",
+        f"{opts['batch']} p50 / p99 | claim+ack of 1 p50 / p99 | after a drain: claim of "
+        f"{opts['batch']} / claim+ack p50 | drain jobs/s | CPUs busy |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, data in report["backends"].items():
         for r in data["backlog"]:
@@ -127,8 +142,22 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {LABELS.get(name, name)} | {r['waiting']:,} "
                 f"| {r['claim_batch']['p50_ms']:.2f} / {r['claim_batch']['p99_ms']:.2f} "
                 f"| {r['claim_ack']['p50_ms']:.2f} / {r['claim_ack']['p99_ms']:.2f} "
+                f"| {after(r)} "
                 f"| {median_rate(r['drains']):,.0f} ({min(rates):,}-{max(rates):,}) "
                 f"| {statistics.median(busy):.0%} |")
+    pg_rows = report["backends"].get("postgres", {}).get("backlog", [])
+    if pg_rows and "pg" in pg_rows[0]:
+        lines += ["", "PostgreSQL, one claim of "
+                  f"{opts['batch']} under EXPLAIN (ANALYZE, BUFFERS): run time, pages of the "
+                  "claim index it touched, and the table's dead tuples:", "",
+                  "| waiting | maintained: ms / pages / dead | after a drain: ms / pages / dead |",
+                  "|---|---|---|"]
+        for r in pg_rows:
+            cells = [r.get("pg"), r.get("after_drain", {}).get("pg")]
+            lines.append(f"| {r['waiting']:,} | " + " | ".join(
+                "n/a" if c is None else
+                f"{c['claim_execution_ms']:.2f} / {c['claim_index_pages']:,} / "
+                f"{c['dead_tuples']:,}" for c in cells) + " |")
     lines += ["", "p50 at the largest backlog ÷ at the smallest (target ≤ 1.5):", "",
               "| backend | claim of a batch | claim+ack of 1 |", "|---|---|---|"]
     for name, data in report["backends"].items():
