@@ -45,6 +45,11 @@ def share(drains: list[dict[str, Any]], key: str) -> float:
     return float(statistics.median(d[key] / d["cores_x_seconds"] for d in drains))
 
 
+def per_job(drains: list[dict[str, Any]], key: str) -> float:
+    """Median CPU microseconds per job that ``key``'s CPU seconds were during a drain."""
+    return float(statistics.median(d[key] / d["jobs"] * 1e6 for d in drains))
+
+
 def ratio_1m_to_1k(rows: list[dict[str, Any]], key: str) -> float | None:
     """p50 claim latency at the largest backlog ÷ at the smallest (None below two sizes)."""
     if len(rows) < 2:
@@ -89,7 +94,7 @@ def plot(report: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set_ylim(bottom=0)
     paths.append(_save(fig, ax, out_dir / FILES["workers"]))
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.6))
     for name, data in backends.items():
         rows = data["backlog"]
         x = [r["waiting"] for r in rows]
@@ -103,13 +108,16 @@ def plot(report: dict[str, Any], out_dir: Path) -> list[Path]:
                     label=f"{LABELS.get(name, name)}: claim of {opts['batch']}, after a drain")
     ax.set(xscale="log", yscale="log", xlabel="waiting jobs (backlog)", ylabel="p50 ms",
            title=f"Claim latency against backlog (p50)\n{stamp}")
-    paths.append(_save(fig, ax, out_dir / FILES["latency"]))
+    paths.append(_save(fig, ax, out_dir / FILES["latency"], outside=True))
     return paths
 
 
-def _save(fig: Any, ax: Any, path: Path) -> Path:
+def _save(fig: Any, ax: Any, path: Path, outside: bool = False) -> Path:
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
+    if outside:  # many lines: the legend goes beside the plot, not over it
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     fig.clf()
@@ -167,9 +175,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", f"Drain of {opts['workers_jobs']:,} jobs at a backlog of "
               f"{opts['workers_backlog']:,}, against worker processes (jobs/s, median "
               "(min-max); while draining: all CPUs busy, and the share of the CPUs' capacity "
-              "the worker processes and the database server used):",
-              "", "| backend | workers | jobs/s | CPUs busy | workers | server |",
-              "|---|---|---|---|---|---|"]
+              "the worker processes and the database server used, and their CPU time per job):",
+              "", "| backend | workers | jobs/s | CPUs busy | workers | server "
+              "| worker µs/job | server µs/job |",
+              "|---|---|---|---|---|---|---|---|"]
     for name, data in report["backends"].items():
         for workers, group in by_workers(data["workers"]).items():
             rates = [d["jobs_per_s"] for d in group]
@@ -177,7 +186,8 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {LABELS.get(name, name)} | {workers} | {median_rate(group):,.0f} "
                 f"({min(rates):,}-{max(rates):,}) "
                 f"| {statistics.median(d['cpu_busy'] for d in group):.0%} "
-                f"| {share(group, 'worker_cpu_s'):.0%} | {share(group, 'server_cpu_s'):.0%} |")
+                f"| {share(group, 'worker_cpu_s'):.0%} | {share(group, 'server_cpu_s'):.0%} "
+                f"| {per_job(group, 'worker_cpu_s'):.0f} | {per_job(group, 'server_cpu_s'):.0f} |")
     busiest = max((d.get("busiest_before", 0.0) for d in report["backends"].values()),
                   default=0.0)
     lines += ["", f"Busiest CPU reading a measurement started from: {busiest:.0%} of both "
