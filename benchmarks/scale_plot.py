@@ -175,7 +175,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", f"Drain of {opts['workers_jobs']:,} jobs at a backlog of "
               f"{opts['workers_backlog']:,}, against worker processes (jobs/s, median "
               "(min-max); while draining: all CPUs busy, and the share of the CPUs' capacity "
-              "the worker processes and the database server used, and their CPU time per job):",
+              "the worker processes and the database server used, and their CPU time per job; "
+              "SQLite runs inside the workers, so its server columns are other servers' work):",
               "", "| backend | workers | jobs/s | CPUs busy | workers | server "
               "| worker µs/job | server µs/job |",
               "|---|---|---|---|---|---|---|---|"]
