@@ -3,10 +3,12 @@
     python benchmarks/backlog.py --url postgresql://postgres@127.0.0.1/test
     python benchmarks/backlog.py --url sqlite:///backlog.db --sizes 1000,100000
 
-At each size it times ``samples`` claims of one job each (dequeue + ack, the hot path of a
-worker), reports p50/p95/p99, and the live and history tables' sizes with their indexes;
-then the live table is drained of the sampled jobs only. Uses its own table prefix and
-drops its tables at the end. The claim must stay flat: it walks one index from its head.
+At each size it ANALYZEs the live table (as autovacuum would soon after such an insert),
+times ``samples`` claims of one job each (dequeue + ack, the hot path of a worker), reports
+p50/p95/p99, and the live and history tables' sizes with their indexes; the sampled jobs
+are replaced as they go, so the backlog keeps its size. Uses its own table prefix and drops
+its tables at the end. The claim must stay flat: it walks one index from its head.
+``benchmarks/scale.py`` builds on these helpers (claims of a batch, drains, plots).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import leaseq
 from leaseq.bench import percentile
 
 BATCH = 5000
+REFILL = 100  # claim_latencies tops the queue up once it took this many jobs
 
 
 def sizes_of(url: str, prefix: str) -> dict[str, Any]:
@@ -38,13 +41,7 @@ def sizes_of(url: str, prefix: str) -> dict[str, Any]:
         assert row is not None
         return {"jobs_total": row[0], "jobs_indexes": row[1], "history_total": row[2]}
     if url.startswith("mysql"):
-        import pymysql
-
-        from leaseq.backends.mysql.driver import connect_args
-
-        args = connect_args(url, leaseq.Settings())
-        args.pop("init_command")
-        conn = pymysql.connect(**args)
+        conn = _mysql(url)
         with conn.cursor() as cur:
             cur.execute(f"ANALYZE TABLE {prefix}jobs, {prefix}history")
             cur.fetchall()
@@ -59,10 +56,86 @@ def sizes_of(url: str, prefix: str) -> dict[str, Any]:
         return {"jobs_total": sum(jobs), "jobs_indexes": jobs[1],
                 "history_total": sum(found.get(f"{prefix}history", (0, 0)))}
     path = url.split("sqlite:///", 1)[1]
-    with sqlite3.connect(path) as conn:
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    with sqlite3.connect(path) as db:
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        size = db.execute("PRAGMA page_size").fetchone()[0]
     return {"database_file": pages * size}
+
+
+def fill(q: leaseq.Queue, queue: str, count: int, kind: str | None = None,
+         payload: dict[str, Any] | None = None) -> None:
+    """Enqueues ``count`` jobs with ``enqueue_many`` in batches of ``BATCH``: the fastest
+    path of the public API (one statement per batch on PostgreSQL and MySQL)."""
+    item: dict[str, Any] = {"queue": queue, "payload": payload or {}}
+    if kind is not None:
+        item["kind"] = kind
+    done = 0
+    while done < count:
+        n = min(BATCH, count - done)
+        q.enqueue_many([item] * n)
+        done += n
+
+
+def analyze(url: str, prefix: str, vacuum: bool = False) -> None:
+    """Refreshes the planner's statistics of the live table, as a running server does by
+    itself soon after a bulk insert (PostgreSQL's autovacuum; InnoDB recalculates persistent
+    statistics once a tenth of a table changed). With ``vacuum``, PostgreSQL also VACUUMs
+    it, as autovacuum does after that many inserted or deleted rows: claimed and finished
+    jobs leave dead entries at the head of the claim index until then. SQLite keeps no
+    statistics unless the application runs ANALYZE, and leaseq does not, so it is left as a
+    real deployment has it."""
+    if url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"{'VACUUM (ANALYZE)' if vacuum else 'ANALYZE'} {prefix}jobs")
+    elif url.startswith("mysql"):
+        conn = _mysql(url)
+        with conn.cursor() as cur:
+            cur.execute(f"ANALYZE TABLE {prefix}jobs")
+            cur.fetchall()
+        conn.close()
+
+
+def _mysql(url: str) -> Any:
+    import pymysql
+
+    from leaseq.backends.mysql.driver import connect_args
+
+    args = connect_args(url, leaseq.Settings())
+    args.pop("init_command")
+    return pymysql.connect(**args)
+
+
+def claim_latencies(q: leaseq.Queue, queue: str, samples: int, limit: int = 1,
+                    ack: bool = True, kind: str | None = None,
+                    payload: dict[str, Any] | None = None) -> list[float]:
+    """Seconds of ``samples`` claims of up to ``limit`` jobs each, sorted; with ``ack`` the
+    time includes acknowledging them (one ``ack`` or ``ack_many`` call), otherwise they are
+    acknowledged untimed. The queue is topped up (untimed) with as many jobs as were taken
+    whenever that reaches ``REFILL`` (or ``limit``), and at the end, so its backlog stays
+    within that many jobs of where it was."""
+    latencies = []
+    taken = 0
+    for _ in range(samples):
+        t = time.perf_counter()
+        jobs = q.dequeue(queue, limit=limit, worker_id="backlog")
+        if not jobs:
+            raise RuntimeError(f"queue {queue!r} ran dry: the backlog is smaller than a claim")
+        if not ack:
+            latencies.append(time.perf_counter() - t)
+        if len(jobs) == 1:
+            q.ack(jobs[0])
+        else:
+            q.ack_many(jobs)
+        if ack:
+            latencies.append(time.perf_counter() - t)
+        taken += len(jobs)
+        if taken >= max(limit, REFILL):
+            fill(q, queue, taken, kind, payload)
+            taken = 0
+    fill(q, queue, taken, kind, payload)
+    return sorted(latencies)
 
 
 def main() -> None:
@@ -81,20 +154,11 @@ def main() -> None:
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             started = time.perf_counter()
-            while loaded < size:
-                n = min(BATCH, size - loaded)
-                q.enqueue_many([{"queue": "backlog", "payload": {"i": loaded + i}}
-                                for i in range(n)])
-                loaded += n
+            fill(q, "backlog", size - loaded)
+            loaded = size
             load_s = time.perf_counter() - started
-            latencies = []
-            for _ in range(args.samples):
-                t = time.perf_counter()
-                jobs = q.dequeue("backlog", worker_id="backlog")
-                q.ack(jobs[0])
-                latencies.append(time.perf_counter() - t)
-            loaded -= args.samples
-            latencies.sort()
+            analyze(args.url, prefix)
+            latencies = claim_latencies(q, "backlog", args.samples)
             row = {
                 "waiting": size,
                 "load_seconds": round(load_s, 1),
