@@ -813,8 +813,9 @@ def connect(url: str, **settings: Any) -> Queue:
     """A ``Queue`` for ``url``; keyword arguments are ``Settings`` fields.
 
     URLs: ``sqlite:///jobs.db``, ``postgresql://user@host/db``, ``mysql://user@host/db``,
-    ``redis://host:6379/0``, ``memory://`` (private) or ``memory://name`` (shared by every
-    client in the process that names it).
+    ``redis://host:6379/0``, ``redis+cluster://host:7000[,host2:7000]`` (Redis Cluster),
+    ``memory://`` (private) or ``memory://name`` (shared by every client in the process
+    that names it).
     """
     return Queue(url, Settings(**settings))
 

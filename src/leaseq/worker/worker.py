@@ -7,9 +7,12 @@ Shape:
   names one of its queues or another connection commits to the SQLite file, in this
   process until a local enqueue does, and otherwise for an adaptive poll interval that
   grows while queues stay empty;
-* each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones in a
-  thread pool of ``concurrency`` threads; a job's slot frees when its handler returns,
-  and its ack joins the completer's next batched write;
+* each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones on up
+  to ``concurrency`` threads (``threads.py``: one queue in, outcomes back in batches); a
+  job's slot frees when its handler returns, and its ack joins the completer's next
+  batched write. When every task is a plain function, the loop leases jobs ahead of the
+  threads, as many as they run in ``AHEAD_WINDOW`` on average, so short handlers are fed
+  by big claims instead of one claim per freed thread;
 * a **heartbeat thread** with its own client renews every held lease each lease/3, off
   the handlers' threads and loop, so a CPU-bound handler cannot starve it. A lost lease or
   a missed renewal deadline marks the job lost (async handlers are cancelled, sync ones
@@ -105,8 +108,10 @@ class Worker:
         queues: Queues to take jobs from; default: every queue the app's tasks use.
         concurrency: Jobs run at once. Defaults to ``ASYNC_CONCURRENCY`` (1,000) when
             every task on the worked queues is ``async def`` (waiting coroutines cost next
-            to nothing), else ``SYNC_CONCURRENCY`` (10: one thread per running job). Lower
-            it for async handlers that hold scarce resources or burn CPU.
+            to nothing), else ``SYNC_CONCURRENCY`` (10: at most one thread per running
+            job, started as the work needs them). Lower it for async handlers that hold
+            scarce resources or burn CPU. Jobs leased ahead for plain handlers wait for a
+            thread and do not count against it.
         lease: Lease length in seconds for every claimed job. Defaults to None: each
             job's own lease (its task's ``lease``), else its queue's ``default_lease``, else
             the app's ``Settings.lease``; the queue's ``max_lease`` caps them all.
