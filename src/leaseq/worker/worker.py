@@ -192,7 +192,6 @@ class Worker:
         self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
         self._limits: Callable[[str], bool] = lambda queue: False
-        self._pushed = False  # wake-ups come by push: idle waits need no quick re-polls
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -250,10 +249,6 @@ class Worker:
             helpers.append(asyncio.create_task(scheduler.run(lambda: self.stopping),
                                                name="leaseq-scheduler"))
         listener = self._listener(aq.backend)
-        # With push wake-ups every enqueue wakes the loop, so an empty claim needs no quick
-        # re-polls: they would only put a round trip in the way of the next pickup. A
-        # burst run keeps them, to notice soon that its queues ran dry.
-        self._pushed = listener is not None and not self.burst
         if listener is not None:
             helpers.append(listener)
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
@@ -356,16 +351,13 @@ class Worker:
                 again = False
                 # Let the handlers begin before the next claim's own Python runs.
                 await asyncio.sleep(0)
-                if len(jobs) == free or not self._pushed:
-                    continue
-                # A short claim took every due job: the next one comes with a wake-up.
-            elif self.burst and self.processed and not self.inflight:
+                continue
+            if self.burst and self.processed and not self.inflight:
                 log.info("queues empty: burst run done")
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
             # fleet of idle workers does not poll in step...
-            idle = (self.poll_interval if self._pushed
-                    else min(self.poll_interval, max(IDLE_FLOOR, idle * 2)))
+            idle = min(self.poll_interval, max(IDLE_FLOOR, idle * 2))
             pause = idle * random.uniform(0.8, 1.2)
             # ...unless the database knows when a job comes due or a rate limit lets one
             # start: then sleep exactly that long, so a delayed job starts on time. An
