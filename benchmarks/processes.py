@@ -46,7 +46,8 @@ if str(REPO) not in sys.path:
 import leaseq  # noqa: E402
 from benchmarks.adapters import base  # noqa: E402
 
-QUEUE = "procbench"
+QUEUE = "procbench"  # each handler on a queue of its own, QUEUE-<handler>: a worker sizes
+# itself by the tasks of the queues it works (a plain-only worker leases jobs ahead)
 HANDLERS = ("def-noop", "async-noop", "def-cpu", "async-cpu")
 SPIN = int(os.environ.get("LEASEQ_BENCH_SPIN", "20000"))
 
@@ -64,23 +65,23 @@ def _spin(n: int) -> int:
     return x
 
 
-@app.task(queue=QUEUE, name="def-noop")
+@app.task(queue=f"{QUEUE}-def-noop", name="def-noop")
 def def_noop() -> None:
     base.record(0.0)
 
 
-@app.task(queue=QUEUE, name="async-noop")
+@app.task(queue=f"{QUEUE}-async-noop", name="async-noop")
 async def async_noop() -> None:
     base.record(0.0)
 
 
-@app.task(queue=QUEUE, name="def-cpu")
+@app.task(queue=f"{QUEUE}-def-cpu", name="def-cpu")
 def def_cpu() -> None:
     base.record(0.0)
     _spin(SPIN)
 
 
-@app.task(queue=QUEUE, name="async-cpu")
+@app.task(queue=f"{QUEUE}-async-cpu", name="async-cpu")
 async def async_cpu() -> None:
     base.record(0.0)
     _spin(SPIN)
@@ -143,21 +144,22 @@ def measure(backend: str, handler: str, processes: int, concurrency: int, jobs: 
             tmp: str, idle_wait: float) -> dict[str, Any]:
     """One drain: jobs/s from resuming the queue to the last handler's start."""
     url = url_for(backend, tmp)
+    queue = f"{QUEUE}-{handler}"
     prefix = base.unique_name("proc")[:30] + "_"
     q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
     q.migrate()
     rec = base.Recorder()
     workers = base.Workers(
         [[sys.executable, "-m", "leaseq.cli", "worker", "benchmarks.processes:app",
-          "--queues", QUEUE, "--processes", str(processes), "--concurrency", str(concurrency),
+          "--queues", queue, "--processes", str(processes), "--concurrency", str(concurrency),
           "--poll-interval", "0.05", "--log-level", "INFO"]],
         {**rec.env(), "LEASEQ_BENCH_URL": url, "LEASEQ_BENCH_PREFIX": prefix,
          "LEASEQ_BENCH_SPIN": str(SPIN)})
     try:
         for first in range(0, jobs, 5000):
             batch = min(5000, jobs - first)
-            q.enqueue_many([{"queue": QUEUE, "kind": handler, "payload": {}}] * batch)
-        q.pause(QUEUE)
+            q.enqueue_many([{"queue": queue, "kind": handler, "payload": {}}] * batch)
+        q.pause(queue)
         busy = wait_idle(idle_wait)
         workers.start()
         deadline = time.monotonic() + 60
@@ -168,7 +170,7 @@ def measure(backend: str, handler: str, processes: int, concurrency: int, jobs: 
             time.sleep(0.01)
         workers.started = time.perf_counter()
         during = cpu_sample()
-        q.resume(QUEUE)
+        q.resume(queue)
         timing = workers.wait_for(rec, jobs, base.drain_timeout(jobs))
         return {"per_s": jobs / timing.last, "busy_before": busy,
                 "busy_during": busy_between(during, cpu_sample())}
