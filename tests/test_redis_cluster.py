@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 import leaseq
+from tests._processes import append_event
 from tests.conftest import require
 from tests.helpers import REDIS_CLUSTER_URL, drop_tables, new_prefix, redis_cluster, wait_for
 
@@ -305,16 +306,7 @@ test_stale_holder_in_another_process_changes_nothing = (
 JOBS_PER_QUEUE = 40
 
 
-def log_event(**fields: Any) -> None:
-    """One JSON line appended to LEASEQ_TEST_LOG (one ``write``: never interleaved)."""
-    path = os.environ.get("LEASEQ_TEST_LOG")
-    if not path:
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(fields) + "\n").encode())
-    finally:
-        os.close(fd)
+log_event = append_event  # one JSON line a call, as in every process test
 
 
 app = leaseq.App(
@@ -385,8 +377,11 @@ def test_two_worker_processes_drain_queues_on_three_masters_one_killed_midway(
             [{"queue": queue, "kind": f"hold_{queue}", "payload": {"seconds": 0.05, "n": i}}
              for i in range(JOBS_PER_QUEUE) for queue in queues])]
         victim, survivor = start(0), start(1)
-        wait_for(lambda: len(events("end")) >= len(ids) // 4, timeout=60, interval=0.05,
-                 message="a quarter of the jobs done")
+        # Killed once it is draining too (a slow start under load would otherwise leave it
+        # holding nothing, and the test would prove no reclaim).
+        wait_for(lambda: len(events("end")) >= len(ids) // 4
+                 and victim.pid in {e["pid"] for e in events("end")},
+                 timeout=60, interval=0.05, message="a quarter done, the victim draining")
         victim.kill()  # mid-drain: its running jobs come back when their leases expire
         victim.wait(10)
         killed_at = time.monotonic()

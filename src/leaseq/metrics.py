@@ -285,35 +285,13 @@ class WorkerRecorder:
             series.attempts.observe(job.attempts)
 
 
-class WorkerMetrics(Collector):
-    """The worker-side metrics, a prometheus collector registered in ``registry``.
+class _Served(Collector):
+    """A collector registered in a registry of its own (or the one given), which it can
+    serve over HTTP and extend with the queue-state families."""
 
-    Args:
-        registry: Where to register; defaults to a new ``CollectorRegistry`` of its own
-            (``self.registry``). Pass ``prometheus_client.REGISTRY`` to add the metrics
-            to the process-wide default registry instead.
-
-    Hand it to ``Worker(app, metrics=...)`` (one ``WorkerMetrics`` may serve several
-    workers of a process: each run records apart and scrapes sum them), then serve it with
-    ``serve(port)`` or your own exposition. ``watch(queue)`` adds the queue-state families.
-    """
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._recorders: list[WorkerRecorder] = []
-        self._lock = threading.Lock()
         self._servers: list[WSGIServer] = []
-        self.registry.register(self)
-
-    def recorder(self, backend: str, queues: Sequence[str],
-                 inflight: Callable[[], Iterable[str]]) -> WorkerRecorder:
-        """A recorder for one worker run on ``backend`` working ``queues``;
-        ``inflight()`` lists the queue of every job the worker holds (read at scrape
-        time, from the scraping thread)."""
-        recorder = WorkerRecorder(backend, queues, inflight)
-        with self._lock:
-            self._recorders.append(recorder)
-        return recorder
 
     def watch(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0
               ) -> QueueCollector:
@@ -331,6 +309,36 @@ class WorkerMetrics(Collector):
     def close(self) -> None:
         """Stops the servers ``serve`` started (the metrics stay registered)."""
         _close(self._servers)
+
+
+class WorkerMetrics(_Served):
+    """The worker-side metrics, a prometheus collector registered in ``registry``.
+
+    Args:
+        registry: Where to register; defaults to a new ``CollectorRegistry`` of its own
+            (``self.registry``). Pass ``prometheus_client.REGISTRY`` to add the metrics
+            to the process-wide default registry instead.
+
+    Hand it to ``Worker(app, metrics=...)`` (one ``WorkerMetrics`` may serve several
+    workers of a process: each run records apart and scrapes sum them), then serve it with
+    ``serve(port)`` or your own exposition. ``watch(queue)`` adds the queue-state families.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        self._recorders: list[WorkerRecorder] = []
+        self._lock = threading.Lock()
+        self.registry.register(self)
+
+    def recorder(self, backend: str, queues: Sequence[str],
+                 inflight: Callable[[], Iterable[str]]) -> WorkerRecorder:
+        """A recorder for one worker run on ``backend`` working ``queues``;
+        ``inflight()`` lists the queue of every job the worker holds (read at scrape
+        time, from the scraping thread)."""
+        recorder = WorkerRecorder(backend, queues, inflight)
+        with self._lock:
+            self._recorders.append(recorder)
+        return recorder
 
     def describe(self) -> Iterable[Metric]:
         """The family names (for registration)."""
@@ -468,7 +476,7 @@ def merge_expositions(texts: Iterable[str]) -> list[Metric]:
     return list(families.values())
 
 
-class GroupMetrics(Collector):
+class GroupMetrics(_Served):
     """One ``/metrics`` for a group of worker processes (``leaseq worker --processes N``).
 
     Each worker process records into a ``WorkerMetrics`` of its own and serves it on a
@@ -493,13 +501,12 @@ class GroupMetrics(Collector):
 
     def __init__(self, registry: CollectorRegistry | None = None, *,
                  timeout: float = 2.0) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+        super().__init__(registry)
         self.timeout = timeout
         self.processes = 0
         self.restarts = 0
         self._ports: dict[int, int] = {}
         self._lock = threading.Lock()
-        self._servers: list[WSGIServer] = []
         self.registry.register(self)
 
     def add(self, key: int, port: int) -> None:
@@ -511,22 +518,6 @@ class GroupMetrics(Collector):
         """Worker process ``key`` ended: leave it out of scrapes from now on."""
         with self._lock:
             self._ports.pop(key, None)
-
-    def watch(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0
-              ) -> QueueCollector:
-        """Registers a ``QueueCollector`` on ``source`` in this registry too."""
-        collector = QueueCollector(source, cache_seconds=cache_seconds)
-        self.registry.register(collector)
-        return collector
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Serves ``/metrics`` of this registry from a daemon thread; returns the port.
-        Raises ``ConfigurationError`` when the address cannot be bound."""
-        return _serve(self.registry, port, host, self._servers)
-
-    def close(self) -> None:
-        """Stops the servers ``serve`` started."""
-        _close(self._servers)
 
     def describe(self) -> Iterable[Metric]:
         """The group's own family names, without reading any process (for registration)."""
