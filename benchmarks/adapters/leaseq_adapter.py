@@ -165,7 +165,8 @@ class LeaseqAdapter:
         rec = Recorder()
         try:
             return run_pickup(self._command(), self._env(), rec,
-                              lambda t: q.enqueue(self.queue, {"t": t}, kind=self.kind), rate, seconds)
+                              lambda t: q.enqueue(self.queue, {"t": t}, kind=self.kind),
+                              rate, seconds)
         finally:
             rec.close()
 
