@@ -530,14 +530,13 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
     if url:
         app.url = url
     names = [n.strip() for n in queues.split(",") if n.strip()] if queues else None
-    if processes > 1:
-        from leaseq.worker.supervisor import Supervisor, WorkerOptions
+    from leaseq.worker.supervisor import Supervisor, WorkerOptions
 
-        options = WorkerOptions(app_path, url=url, queues=tuple(names) if names else None,
-                                concurrency=concurrency, lease=lease, grace=grace,
-                                poll_interval=poll_interval, reclaim_interval=reclaim_interval,
-                                prune_after=prune_history_after, burst=burst,
-                                log_level=log_level)
+    options = WorkerOptions(app_path, url=url, queues=tuple(names) if names else None,
+                            concurrency=concurrency, lease=lease, grace=grace,
+                            poll_interval=poll_interval, reclaim_interval=reclaim_interval,
+                            prune_after=prune_history_after, burst=burst, log_level=log_level)
+    if processes > 1:
         options.build(app)  # bad options (no queues to work) fail here, not in N processes
         sys.exit(Supervisor(options, processes, metrics_port=metrics_port,
                             metrics_host=metrics_host, app=app).run())
@@ -551,10 +550,7 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
         # handlers that enqueue: no connection pool of its own.
         recorder.watch(lambda: app.queue.stats())
         recorder.serve(metrics_port, metrics_host)
-    code = leaseq.Worker(app, names, concurrency=concurrency, lease=lease, grace=grace,
-                         poll_interval=poll_interval, reclaim_interval=reclaim_interval,
-                         prune_after=prune_history_after, burst=burst, metrics=recorder).run()
-    sys.exit(code)
+    sys.exit(options.build(app, metrics=recorder).run())
 
 
 @cli.command()

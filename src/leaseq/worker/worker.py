@@ -151,9 +151,9 @@ class Worker:
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
         if not self.queues:
             raise LeaseqError("no queues to work: register tasks or pass queues")
+        mine = [t for t in app.tasks.values() if t.defaults.queue in self.queues]
+        every_async = bool(mine) and all(t.is_async for t in mine)
         if concurrency is None:
-            mine = [t for t in app.tasks.values() if t.defaults.queue in self.queues]
-            every_async = bool(mine) and all(t.is_async for t in mine)
             concurrency = ASYNC_CONCURRENCY if every_async else SYNC_CONCURRENCY
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -186,7 +186,6 @@ class Worker:
         self._threads: HandlerThreads | None = None
         # Jobs are leased ahead of the threads only when every task on the worked queues
         # is a plain function: an async job leased ahead would start at once, past the cap.
-        mine = [t for t in app.tasks.values() if t.defaults.queue in self.queues]
         self._lease_ahead = bool(mine) and not any(t.is_async for t in mine)
         self._hook_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._hook_runs: set[asyncio.Task[None]] = set()
