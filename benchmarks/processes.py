@@ -45,6 +45,7 @@ if str(REPO) not in sys.path:
 
 import leaseq  # noqa: E402
 from benchmarks.adapters import base  # noqa: E402
+from benchmarks.run import wait_idle  # noqa: E402  (the harness's own idle wait)
 
 QUEUE = "procbench"  # each handler on a queue of its own, QUEUE-<handler>: a worker sizes
 # itself by the tasks of the queues it works (a plain-only worker leases jobs ahead)
@@ -105,22 +106,6 @@ def busy_between(before: tuple[int, int], after: tuple[int, int]) -> float:
     """Share of all CPUs busy between two ``cpu_sample()``s (nan without /proc/stat)."""
     total, idle = after[0] - before[0], after[1] - before[1]
     return 1 - idle / total if total > 0 else float("nan")
-
-
-def cpu_busy(interval: float = 0.5) -> float:
-    """Share of all CPUs busy over the next ``interval`` seconds."""
-    before = cpu_sample()
-    time.sleep(interval)
-    return busy_between(before, cpu_sample())
-
-
-def wait_idle(limit: float, threshold: float = 0.15) -> float:
-    """Waits (at most ``limit`` seconds) for the CPUs to be idle; the last busy share."""
-    deadline = time.monotonic() + limit
-    busy = cpu_busy()
-    while busy > threshold and time.monotonic() < deadline:
-        busy = cpu_busy(1.0)
-    return busy
 
 
 def url_for(backend: str, tmp: str) -> str:
