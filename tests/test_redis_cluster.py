@@ -416,6 +416,8 @@ def test_two_worker_processes_drain_queues_on_three_masters_one_killed_midway(
             assert end <= begin, f"job {job_id} ran twice at once: {spans}"
         completed_runs = [s for s in spans if (job_id, s[2]) in ends]
         assert completed_runs, f"job {job_id} never finished a run"
-        assert infos[job_id].attempts == len(spans)
+        # A lease the victim took but never started a handler on (killed in between, or
+        # leased ahead) counts an attempt with no run: at most one such, as there is one kill.
+        assert len(spans) <= infos[job_id].attempts <= len(spans) + 1
     rerun = [job_id for job_id, spans in runs.items() if len(spans) > 1]
     assert rerun, "the victim held no job when it was killed: nothing was reclaimed"
