@@ -16,6 +16,7 @@ from typing import Any
 
 from leaseq import _listen, _wakeup
 from leaseq import tracing as _tracing
+from leaseq._conn import acaller_connection, caller_connection
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import (
@@ -114,6 +115,7 @@ class Queue(Shared):
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
                             lease=lease, unique_for=unique_for, headers=headers)
+        conn = self._caller(conn)
         if _tracing.on:
             return self._enqueue_traced([job], conn)[0]
         return self._enqueue_jobs([job], conn)[0]
@@ -128,9 +130,16 @@ class Queue(Shared):
         jobs = self._new_jobs(items)
         if not jobs:
             return []
+        conn = self._caller(conn)
         if _tracing.on:
             return self._enqueue_traced(jobs, conn)
         return self._write(jobs, conn)
+
+    def _caller(self, conn: Any) -> Any:
+        """The DB-API connection to write in: ``conn`` unwrapped, else ``default_conn``'s."""
+        if conn is None and self.default_conn is not None:
+            conn = self.default_conn()
+        return None if conn is None else caller_connection(conn)
 
     def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """``enqueue_many`` inside a producer span whose context the jobs carry."""
@@ -243,7 +252,7 @@ class Queue(Shared):
         """
         job_id, token = self._held(job)
         text = self._result(result)
-        self._backend.complete(job_id, token, text, conn)
+        self._backend.complete(job_id, token, text, self._caller(conn))
 
     def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """Record many held jobs completed in one transaction: each a ``Job`` or a
@@ -506,6 +515,7 @@ class AsyncQueue(Shared):
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
                             lease=lease, unique_for=unique_for, headers=headers)
+        conn = await self._caller(conn)
         if _tracing.on:
             return (await self._enqueue_traced([job], conn))[0]
         return (await self._enqueue_jobs([job], conn))[0]
@@ -518,9 +528,16 @@ class AsyncQueue(Shared):
         jobs = self._new_jobs(items)
         if not jobs:
             return []
+        conn = await self._caller(conn)
         if _tracing.on:
             return await self._enqueue_traced(jobs, conn)
         return await self._write(jobs, conn)
+
+    async def _caller(self, conn: Any) -> Any:
+        """See ``Queue._caller``."""
+        if conn is None and self.default_conn is not None:
+            conn = self.default_conn()
+        return None if conn is None else await acaller_connection(conn)
 
     async def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """See ``Queue._enqueue_traced``."""
@@ -629,7 +646,7 @@ class AsyncQueue(Shared):
         """See ``Queue.ack``."""
         job_id, token = self._held(job)
         text = self._result(result)
-        await self._backend.complete(job_id, token, text, conn)
+        await self._backend.complete(job_id, token, text, await self._caller(conn))
 
     async def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """See ``Queue.ack_many``."""

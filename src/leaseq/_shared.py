@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -128,6 +128,9 @@ class Shared:
         self._backoffs: dict[str, Backoff] = {}
         self._closed = False
         self._waiting: set[threading.Event] = set()
+        # Integrations (leaseq.contrib.django) set this: a callable giving the connection
+        # an enqueue or ack without ``conn=`` joins, or None to use leaseq's own pool.
+        self.default_conn: Callable[[], Any] | None = None
 
     # -- queue settings cache -------------------------------------------------------------
 
