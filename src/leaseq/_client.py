@@ -17,8 +17,10 @@ from typing import Any
 from leaseq import _listen, _wakeup
 from leaseq import tracing as _tracing
 from leaseq._conn import acaller_connection, caller_connection
+from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
+from leaseq._core.flow import FlowState
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -33,8 +35,8 @@ from leaseq._core.settings import Settings
 from leaseq._group import AsyncGroupCommit, GroupCommit, grouped
 from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
-from leaseq.backends.base import AsyncBackend, Backend, NewJob
-from leaseq.errors import JobCancelled, LeaseLost, TouchLimitExceeded
+from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
+from leaseq.errors import InvalidArgument, JobCancelled, LeaseLost, TouchLimitExceeded
 
 
 class Queue(Shared):
@@ -252,14 +254,44 @@ class Queue(Shared):
         """
         job_id, token = self._held(job)
         text = self._result(result)
+        link = _flow.link(job.headers)
+        if link is not None:  # a step of a chain or group: its follow-up comes with it
+            if conn is not None:
+                raise InvalidArgument("a job of a chain or group cannot be acked in your "
+                                      "transaction (conn=)")
+            if not self._backend.complete_step(job_id, token, text, link):
+                raise self._step_lost(job_id, token)
+            return
         self._backend.complete(job_id, token, text, self._caller(conn))
 
     def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """Record many held jobs completed in one transaction: each a ``Job`` or a
         ``(job, result)`` pair. Fenced per job: True where it completed, False where its
-        lease was lost (that job is left unchanged)."""
-        items = self._batch_items(jobs)
-        return self._backend.complete_many(items) if items else []
+        lease was lost (that job is left unchanged). Jobs of chains and groups are
+        completed one transaction each, with what follows them (docs/workflows.md)."""
+        items, links = self._ack_items(jobs)
+        if links is None:
+            return self._backend.complete_many(items) if items else []
+        plain = [i for i, link in enumerate(links) if link is None]
+        done = [False] * len(items)
+        if plain:
+            for i, ok in zip(plain, self._backend.complete_many([items[i] for i in plain]),
+                             strict=True):
+                done[i] = ok
+        for i, link in enumerate(links):
+            if link is not None:
+                done[i] = self._backend.complete_step(*items[i], link)
+        return done
+
+    def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
+        """Stores a chain or group and enqueues its first jobs (``leaseq.flows``)."""
+        results: list[EnqueueResult] = self._backend.start_flow(flow, jobs)
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return results
+
+    def _flow_state(self, flow_id: str) -> FlowState | None:
+        """A chain or group as stored (``leaseq.flows``)."""
+        return self._backend.get_flow(flow_id)
 
     def heartbeat_many(
         self, jobs: Iterable[Job], *, extend: float | None = None
@@ -646,12 +678,41 @@ class AsyncQueue(Shared):
         """See ``Queue.ack``."""
         job_id, token = self._held(job)
         text = self._result(result)
+        link = _flow.link(job.headers)
+        if link is not None:  # a step of a chain or group: its follow-up comes with it
+            if conn is not None:
+                raise InvalidArgument("a job of a chain or group cannot be acked in your "
+                                      "transaction (conn=)")
+            if not await self._backend.complete_step(job_id, token, text, link):
+                raise self._step_lost(job_id, token)
+            return
         await self._backend.complete(job_id, token, text, await self._caller(conn))
 
     async def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """See ``Queue.ack_many``."""
-        items = self._batch_items(jobs)
-        return await self._backend.complete_many(items) if items else []
+        items, links = self._ack_items(jobs)
+        if links is None:
+            return await self._backend.complete_many(items) if items else []
+        plain = [i for i, link in enumerate(links) if link is None]
+        done = [False] * len(items)
+        if plain:
+            oks = await self._backend.complete_many([items[i] for i in plain])
+            for i, ok in zip(plain, oks, strict=True):
+                done[i] = ok
+        for i, link in enumerate(links):
+            if link is not None:
+                done[i] = await self._backend.complete_step(*items[i], link)
+        return done
+
+    async def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
+        """See ``Queue._start_flow``."""
+        results: list[EnqueueResult] = await self._backend.start_flow(flow, jobs)
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return results
+
+    async def _flow_state(self, flow_id: str) -> FlowState | None:
+        """See ``Queue._flow_state``."""
+        return await self._backend.get_flow(flow_id)
 
     async def heartbeat_many(
         self, jobs: Iterable[Job], *, extend: float | None = None

@@ -17,8 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from leaseq import _wakeup
+from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
+from leaseq._core.flow import FlowLink
 from leaseq._core.job import (
     LIVE_STATES,
     QUEUE_SETTINGS,
@@ -336,6 +338,32 @@ class Shared:
             job, result = entry if isinstance(entry, tuple) else (entry, None)
             items.append((*self._held(job), self._result(result)))
         return items
+
+    def _ack_items(
+        self, jobs: Iterable[Job | tuple[Job, Any]]
+    ) -> tuple[list[tuple[int, int, str | None]], list[FlowLink | None] | None]:
+        """``_batch_items`` and, when some job belongs to a chain or group, each job's
+        ``FlowLink`` (None for the others); None when no job does, the usual case, which
+        then costs one test per job."""
+        items = []
+        links: list[FlowLink | None] | None = None
+        for n, entry in enumerate(jobs):
+            job, result = entry if isinstance(entry, tuple) else (entry, None)
+            items.append((*self._held(job), self._result(result)))
+            if job.headers is not None and (found := _flow.link(job.headers)) is not None:
+                if links is None:
+                    links = [None] * n
+                links.append(found)
+            elif links is not None:
+                links.append(None)
+        return items, links
+
+    @staticmethod
+    def _step_lost(job_id: int, token: int) -> LeaseLost:
+        return LeaseLost(
+            f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
+            "re-delivered or finished; nothing was changed"
+        )
 
     def _renewals(self, jobs: Iterable[Job], extend: float | None
                   ) -> tuple[list[Job], list[tuple[int, int, float]]]:

@@ -115,6 +115,10 @@ class PostgresOps(SqlOps):
                 outcomes[job_id, token] = (cast(datetime, self.d.dt(until)), bool(cancel))
         return [outcomes.get((job_id, token)) for job_id, token, _ in items]
 
+    def insert_steps(self, flow_id: str, specs: Sequence[str]) -> Plan[None]:
+        # One statement over arrays: psycopg's execute takes no batch of parameter sets.
+        yield Stmt("insert_flow_steps", {"flow_id": flow_id, "specs": list(specs)})
+
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
         if len(jobs) == 1:
             return (yield from super().insert_plain(jobs))
