@@ -113,20 +113,26 @@ class Signature:
 def chain(*steps: Signature) -> Chain:
     """Steps run one after another, each receiving the previous step's result as its first
     argument: ``chain(fetch.s(url), parse.s(), store.s()).enqueue()``."""
+    _check(steps, "chain")
     return Chain(tuple(steps))
 
 
 def group(*members: Signature) -> Group:
     """Members run in parallel: ``group(a.s(1), a.s(2)).then(total.s()).enqueue()``."""
+    _check(members, "group")
     return Group(tuple(members))
 
 
-def _app_of(signatures: Sequence[Signature], what: str) -> App:
+def _check(signatures: Sequence[Signature], what: str) -> None:
     if not signatures:
         raise InvalidArgument(f"a {what} needs at least one signature")
     for sig in signatures:
         if not isinstance(sig, Signature):
             raise InvalidArgument(f"a {what} takes signatures (task.s(...)), got {sig!r}")
+
+
+def _app_of(signatures: Sequence[Signature], what: str) -> App:
+    _check(signatures, what)
     app = signatures[0].bound.task.app
     if any(sig.bound.task.app is not app for sig in signatures):
         raise ConfigurationError(f"every task of a {what} must belong to the same App")
