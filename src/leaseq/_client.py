@@ -259,8 +259,9 @@ class Queue(Shared):
             if conn is not None:
                 raise InvalidArgument("a job of a chain or group cannot be acked in your "
                                       "transaction (conn=)")
-            if not self._backend.complete_step(job_id, token, text, link):
+            if not self._backend.complete_steps([(job_id, token, text, link)])[0]:
                 raise self._step_lost(job_id, token)
+            self._woken_by([link])
             return
         self._backend.complete(job_id, token, text, self._caller(conn))
 
@@ -278,9 +279,11 @@ class Queue(Shared):
             for i, ok in zip(plain, self._backend.complete_many([items[i] for i in plain]),
                              strict=True):
                 done[i] = ok
-        for i, link in enumerate(links):
-            if link is not None:
-                done[i] = self._backend.complete_step(*items[i], link)
+        flows = [i for i, link in enumerate(links) if link is not None]
+        steps = [(*items[i], link) for i in flows if (link := links[i]) is not None]
+        for i, ok in zip(flows, self._backend.complete_steps(steps), strict=True):
+            done[i] = ok
+        self._woken_by(links)
         return done
 
     def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
@@ -683,8 +686,9 @@ class AsyncQueue(Shared):
             if conn is not None:
                 raise InvalidArgument("a job of a chain or group cannot be acked in your "
                                       "transaction (conn=)")
-            if not await self._backend.complete_step(job_id, token, text, link):
+            if not (await self._backend.complete_steps([(job_id, token, text, link)]))[0]:
                 raise self._step_lost(job_id, token)
+            self._woken_by([link])
             return
         await self._backend.complete(job_id, token, text, await self._caller(conn))
 
@@ -699,9 +703,11 @@ class AsyncQueue(Shared):
             oks = await self._backend.complete_many([items[i] for i in plain])
             for i, ok in zip(plain, oks, strict=True):
                 done[i] = ok
-        for i, link in enumerate(links):
-            if link is not None:
-                done[i] = await self._backend.complete_step(*items[i], link)
+        flows = [i for i, link in enumerate(links) if link is not None]
+        steps = [(*items[i], link) for i in flows if (link := links[i]) is not None]
+        for i, ok in zip(flows, await self._backend.complete_steps(steps), strict=True):
+            done[i] = ok
+        self._woken_by(links)
         return done
 
     async def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:

@@ -358,6 +358,13 @@ class Shared:
                 links.append(None)
         return items, links
 
+    def _woken_by(self, links: Sequence[FlowLink | None]) -> None:
+        """The in-process wake-up for the queues a flow's acks may have enqueued to: this
+        process's workers claim the next step at once instead of at their next poll."""
+        queues = sorted({link.queue for link in links if link is not None and link.queue})
+        if queues:
+            _wakeup.notify(self._wake_key, queues)
+
     @staticmethod
     def _step_lost(job_id: int, token: int) -> LeaseLost:
         return LeaseLost(

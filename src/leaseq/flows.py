@@ -10,7 +10,7 @@ as its first argument. The signatures that receive a result are bound without th
 parameter, so a call the function would refuse is refused at once.
 
 Nothing here runs a step: the jobs carry a ``leaseq-flow`` header, and their acks go
-through ``Backend.complete_step``, which enqueues what follows in the same transaction
+through ``Backend.complete_steps``, which enqueues what follows in the same transaction
 (SQL) or script (Redis) as the completion. A worker killed at any point can therefore
 neither lose nor duplicate a step: until the completion commits, the step stays leased
 and runs again after its lease expires; once it commits, the follow-up exists too.

@@ -1,7 +1,7 @@
 """Workflow plumbing with no I/O: the ``leaseq-flow`` header, step specs, the splice.
 
 A job that belongs to a chain or a group carries one header, ``leaseq-flow``, saying
-where it stands (``FlowLink``). Its ack then goes through ``Backend.complete_step``, which
+where it stands (``FlowLink``). Its ack then goes through ``Backend.complete_steps``, which
 completes it and, in the same transaction (SQL) or script (Redis), enqueues what follows.
 Jobs without the header are acked as before and pay nothing for the feature.
 

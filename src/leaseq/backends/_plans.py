@@ -13,15 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from leaseq._core.flow import FlowLink
 from leaseq._core.job import JobState
-from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState
+from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, StepItem
 
 REPEATABLE = frozenset({
     # Safe to run again on a fresh connection after the reply was lost: a claim's jobs come
     # back when their lease expires, fenced writes refuse a second time or are no-ops,
     # settings and pause store the same values, and reads change nothing.
-    "claim", "renew", "complete", "complete_many", "complete_step", "renew_many", "reclaim",
+    "claim", "renew", "complete", "complete_many", "complete_steps", "renew_many", "reclaim",
     "configure_queue", "set_paused",
     "get", "stats", "peek", "queue_configs", "server_version", "list_jobs", "paused",
     "next_due", "get_flow",
@@ -78,9 +77,8 @@ class PlanBackend:
         # Not repeated after a dropped connection, as enqueue: it may have committed.
         return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs))
 
-    def complete_step(self, job_id: int, token: int, result: str | None, link: FlowLink) -> Any:
-        return self.run("complete_step",
-                        lambda: self.ops.complete_step(job_id, token, result, link))
+    def complete_steps(self, items: Sequence[StepItem]) -> Any:
+        return self.run("complete_steps", lambda: self.ops.complete_steps(items))
 
     def get_flow(self, flow_id: str) -> Any:
         return self.run("get_flow", lambda: self.ops.get_flow(flow_id))

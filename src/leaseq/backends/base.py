@@ -28,6 +28,8 @@ stale lease, a ``TouchLimitExceeded`` (returned, not raised) when a touch limit 
 the extension."""
 FailItem = tuple[int, int, str | None, float]
 """``(job_id, token, error, delay)`` of ``fail_many``."""
+StepItem = tuple[int, int, str | None, FlowLink]
+"""``(job_id, token, result, link)`` of ``complete_steps``: a job of a chain or group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,16 +168,15 @@ class Backend(Protocol):
         (on Redis the flow is written first: a crash in between leaves a flow no job
         names, which nothing reads). A chain's flow records the first step's id."""
 
-    def complete_step(
-        self, job_id: int, token: int, result: str | None, link: FlowLink
-    ) -> bool:
-        """``complete`` of a job in a flow, and in the same transaction (one script on
-        Redis) what follows from it: a chain's next step is enqueued with ``result``
-        spliced in as its first argument (the flow records its id); a group member's
-        result is stored, and the member that completes the group enqueues the callback
-        with every member's result in member order. True when completed (now, or before
-        by this lease: then nothing more happens); False, with nothing changed, for a
-        stale lease. So a step's follow-up exists exactly when the step is completed."""
+    def complete_steps(self, items: Sequence[StepItem]) -> list[bool]:
+        """``complete`` of each ``(id, token, result, link)``, a job of a chain or group,
+        and in the same transaction (one script per job on Redis) what follows from it: a
+        chain's next step is enqueued with ``result`` spliced in as its first argument
+        (the flow records its id); a group member's result is stored, and the member that
+        completes the group enqueues the callback with every member's result in member
+        order. Per job True when completed (now, or before by this lease: then nothing
+        more happens), False (nothing changed) for a stale lease. So a step's follow-up
+        exists exactly when the step is completed."""
 
     def get_flow(self, flow_id: str) -> FlowState | None:
         """The flow as stored, or None when no flow has that id."""
@@ -303,9 +304,7 @@ class AsyncBackend(Protocol):
     async def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob]
     ) -> list[EnqueueResult]: ...
-    async def complete_step(
-        self, job_id: int, token: int, result: str | None, link: FlowLink
-    ) -> bool: ...
+    async def complete_steps(self, items: Sequence[StepItem]) -> list[bool]: ...
     async def get_flow(self, flow_id: str) -> FlowState | None: ...
     async def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]: ...
     async def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState: ...

@@ -29,7 +29,14 @@ from leaseq._core.job import (
 )
 from leaseq._core.validate import decode
 from leaseq.backends._flows import decode_step, encode_step
-from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, RenewOutcome
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
 from leaseq.errors import (
     BackendError,
     ConfigurationError,
@@ -357,7 +364,11 @@ class MemoryBackend:
                 specs, callback, {})
             return results
 
-    def complete_step(
+    def complete_steps(self, items: Sequence[StepItem]) -> list[bool]:
+        with self.lock:
+            return [self._complete_step(*item) for item in items]
+
+    def _complete_step(
         self, job_id: int, token: int, result: str | None, link: FlowLink
     ) -> bool:
         with self.lock:

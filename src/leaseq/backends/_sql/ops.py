@@ -34,7 +34,14 @@ from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import decode
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
-from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, RenewOutcome
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
 from leaseq.errors import (
     BackendError,
     InvalidArgument,
@@ -574,6 +581,15 @@ class SqlOps:
         parts = [{"flow_id": flow_id, "idx": i, "spec": spec, "result": None}
                  for i, spec in enumerate(specs, start=1)]
         yield Stmt("insert_flow_part", parts, many=True)
+
+    def complete_steps(self, items: Sequence[StepItem]) -> Plan[list[bool]]:
+        """``complete_step`` of each item, in one transaction, by flow id: two batches
+        that share flows lock their rows in the same order (each batch's jobs are its
+        own), so they wait for each other instead of deadlocking."""
+        done = [False] * len(items)
+        for i in sorted(range(len(items)), key=lambda i: (items[i][3].flow_id, items[i][0])):
+            done[i] = yield from self.complete_step(*items[i])
+        return done
 
     def complete_step(
         self, job_id: int, token: int, result: str | None, link: FlowLink

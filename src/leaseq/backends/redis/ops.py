@@ -39,7 +39,14 @@ from leaseq._core.job import (
 )
 from leaseq._core.validate import decode
 from leaseq.backends._flows import encode_step
-from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, RenewOutcome
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
 from leaseq.backends.redis.keys import Keys
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.errors import (
@@ -519,6 +526,14 @@ class RedisOps:
         if flow.kind == "chain":
             yield Call("HSETNX", args=(key, "job_id", results[0].id), command=True)
         return results
+
+    def complete_steps(self, items: Sequence[StepItem]) -> Plan[list[bool]]:
+        """``complete_step.lua`` per item: each job's completion and follow-up are
+        atomic together (the batch as a whole is not, unlike SQL's one transaction)."""
+        done = []
+        for item in items:
+            done.append((yield from self.complete_step(*item)))
+        return done
 
     def complete_step(
         self, job_id: int, token: int, result: str | None, link: FlowLink
