@@ -13,6 +13,7 @@ from typing import Any
 import leaseq
 from tests._processes import append_event
 
+
 def _log(**fields: Any) -> None:
     ctx = leaseq.current_job()
     assert ctx is not None
