@@ -598,19 +598,16 @@ class SqlOps:
         happens (True only when this very lease completed it before). Then, in the same
         transaction, the flow row is locked and counted down (``lock_flow``: a group's
         members complete one after another), and what follows is enqueued."""
-        r = yield Stmt("lock_held", {"id": job_id, "token": token})
-        if not r.rows:
+        if not (yield from self.finish_held(job_id, token, result)):
             done = yield from self.completed_by([job_id])
             return done.get(job_id) == token
-        yield from self.archive(job_id, "completed", result=result, error=None)
-        f = yield Stmt("lock_flow", {"id": link.flow_id})
-        if not f.rows:
+        f = yield from self.count_down(link.flow_id)
+        if f is None:
             raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not stored")
-        remaining, _, callback = f.rows[0]
-        if int(remaining) <= 0:
+        remaining, callback = f
+        if remaining <= 0:
             # Fencing allows one completion per job, so this means a corrupt flow: roll back.
             raise BackendError(f"flow {link.flow_id} is complete, yet job {job_id} completed")
-        yield Stmt("count_down_flow", {"id": link.flow_id})
         if link.kind == "chain":
             yield from self.next_step(link, result)
         else:
@@ -619,6 +616,24 @@ class SqlOps:
             if int(remaining) == 1 and callback is not None:
                 yield from self.group_callback(link.flow_id, callback)
         return True
+
+    def finish_held(self, job_id: int, token: int, result: str | None) -> Plan[bool]:
+        """running → completed when held under ``token``: True, else False (nothing
+        changed)."""
+        r = yield Stmt("lock_held", {"id": job_id, "token": token})
+        if not r.rows:
+            return False
+        yield from self.archive(job_id, "completed", result=result, error=None)
+        return True
+
+    def count_down(self, flow_id: str) -> Plan[tuple[int, str | None] | None]:
+        """Locks the flow's row and counts one completion: ``(remaining before, the
+        callback spec)``, None when no such flow is stored."""
+        f = yield Stmt("lock_flow", {"id": flow_id})
+        if not f.rows:
+            return None
+        yield Stmt("count_down_flow", {"id": flow_id})
+        return int(f.rows[0][0]), f.rows[0][2]
 
     def next_step(self, link: FlowLink, result: str | None) -> Plan[None]:
         """Enqueues the step after ``link`` (if any) with ``result`` spliced in."""

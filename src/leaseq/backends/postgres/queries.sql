@@ -666,6 +666,11 @@ FOR UPDATE;
 -- name: count_down_flow
 UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id;
 
+-- name: count_down_flow_returning
+-- lock_flow and count_down_flow in one statement: the remaining count before this one.
+UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id
+RETURNING remaining + 1, callback;
+
 -- name: flow_spec
 SELECT spec FROM {prefix}flow_parts WHERE flow_id = :flow_id AND idx = :idx;
 
