@@ -32,6 +32,7 @@ CLUSTER_SKIPS = {
         "test_members_completing_at_once_enqueue_the_callback_exactly_once",
         "test_a_dead_step_stops_the_chain",
         "test_a_chain_moves_between_queues",
+        "test_flows_enqueue_and_wait_from_asyncio",
     ], _NO_FLOWS),
 }
 

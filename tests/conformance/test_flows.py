@@ -12,6 +12,7 @@ and the interleaving; tests/test_flows_kill.py runs them with worker processes.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 import leaseq
+import leaseq.testing
 from tests.conformance._util import take
 
 QUEUE = "flows"
@@ -196,3 +198,19 @@ def test_a_chain_moves_between_queues(app, q):
     assert job.payload == {"x": 2, "y": 5}
     q.ack(job, run(app, job))
     assert flow.wait(timeout=10) == 7
+
+
+def test_flows_enqueue_and_wait_from_asyncio(app, q):
+    add, collect = app.tasks["add"], app.tasks["collect"]
+
+    async def main() -> tuple[Any, Any]:
+        try:
+            chain = await leaseq.chain(add.s(1), add.s()).enqueue_async()
+            grouped = await leaseq.group(add.s(1, 0), add.s(2, 0)).then(
+                collect.s()).enqueue_async()
+            await asyncio.to_thread(leaseq.testing.drain, app, QUEUE)  # as a worker would
+            return await chain.wait_async(timeout=10), await grouped.wait_async(timeout=10)
+        finally:
+            await app.async_queue.close()
+
+    assert asyncio.run(main()) == (3, {"tag": "", "results": [1, 2]})
