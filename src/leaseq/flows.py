@@ -149,8 +149,6 @@ class Chain:
     steps: tuple[Signature, ...]
 
     def _plan(self, queue: Queue | AsyncQueue) -> tuple[NewFlow, NewJob]:
-        app = _app_of(self.steps, "chain")
-        del app
         flow_id = uuid.uuid4().hex
         jobs = []
         for i, sig in enumerate(self.steps):
@@ -163,6 +161,7 @@ class Chain:
     def enqueue(self) -> FlowResult:
         """Stores the chain and enqueues its first step, in one transaction."""
         q = _app_of(self.steps, "chain").queue
+        q._fresh_configs()  # a queue's stored max_attempts is each job's default
         flow, first = self._plan(q)
         [result] = q._start_flow(flow, [first])
         return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), q)
@@ -170,6 +169,7 @@ class Chain:
     async def enqueue_async(self) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
         app = _app_of(self.steps, "chain")
+        await app.async_queue._fresh_configs()
         flow, first = self._plan(app.async_queue)
         [result] = await app.async_queue._start_flow(flow, [first])
         return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), app.queue)
@@ -190,8 +190,10 @@ class Group:
         callback.arguments(receives=True)  # refused now, not when the group completes
         return replace(self, callback=callback)
 
+    def _signatures(self) -> list[Signature]:
+        return [*self.members, *([self.callback] if self.callback is not None else [])]
+
     def _plan(self, queue: Queue | AsyncQueue) -> tuple[NewFlow, list[NewJob]]:
-        _app_of([*self.members, *([self.callback] if self.callback else [])], "group")
         flow_id = uuid.uuid4().hex
         after = self.callback.bound.opts.queue if self.callback is not None else None
         jobs = [sig.new_job(queue, False, FlowLink(flow_id, "group", i, after))
@@ -204,7 +206,8 @@ class Group:
 
     def enqueue(self) -> FlowResult:
         """Stores the group and enqueues its members, in one transaction."""
-        q = _app_of(self.members, "group").queue
+        q = _app_of(self._signatures(), "group").queue
+        q._fresh_configs()
         flow, jobs = self._plan(q)
         results = q._start_flow(flow, jobs)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results), q,
@@ -212,7 +215,8 @@ class Group:
 
     async def enqueue_async(self) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
-        app = _app_of(self.members, "group")
+        app = _app_of(self._signatures(), "group")
+        await app.async_queue._fresh_configs()
         flow, jobs = self._plan(app.async_queue)
         results = await app.async_queue._start_flow(flow, jobs)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results),
