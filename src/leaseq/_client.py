@@ -139,7 +139,7 @@ class Queue(Shared):
         """The DB-API connection to write in: ``conn`` unwrapped, else ``default_conn``'s."""
         if conn is None and self.default_conn is not None:
             conn = self.default_conn()
-        return None if conn is None else caller_connection(conn)
+        return None if conn is None else caller_connection(conn, self.backend)
 
     def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """``enqueue_many`` inside a producer span whose context the jobs carry."""
@@ -537,7 +537,7 @@ class AsyncQueue(Shared):
         """See ``Queue._caller``."""
         if conn is None and self.default_conn is not None:
             conn = self.default_conn()
-        return None if conn is None else await acaller_connection(conn)
+        return None if conn is None else await acaller_connection(conn, self.backend)
 
     async def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """See ``Queue._enqueue_traced``."""
