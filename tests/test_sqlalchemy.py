@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 import leaseq
 from leaseq.errors import ConfigurationError, JobNotFound
@@ -113,15 +113,19 @@ def test_connection_enqueue_commits_and_rolls_back_with_the_business_row(
 def test_enqueue_first_begins_the_transaction(
     q: leaseq.Queue, engine: Engine, orders: Orders
 ) -> None:
-    """Nothing run on the Connection yet: the enqueue begins its transaction, so a later
-    rollback takes the job back too (as it would a first statement)."""
+    """Nothing run on the Connection yet: the enqueue begins its transaction (as a first
+    statement would), so SQLAlchemy's commit commits the job, and its rollback takes it
+    back. Without that begin, ``commit()`` would be a no-op and the job lost."""
     with engine.connect() as c:
         assert not c.in_transaction()
-        r = q.enqueue("emails", {"order": 3}, conn=c)
+        kept = q.enqueue("emails", {"order": 3}, conn=c)
         assert c.in_transaction()
-        c.execute(orders.insert(3))
+        c.commit()
+        gone = q.enqueue("emails", {"order": 4}, conn=c)
+        c.execute(orders.insert(4))
         c.rollback()
-    assert absent(q, r.id)
+    assert q.get(kept.id).state == "available"
+    assert absent(q, gone.id)
     assert orders.committed() == []
 
 
@@ -140,6 +144,39 @@ def test_session_enqueue_and_enqueue_many_commit_and_roll_back(
     assert [q.get(r.id).state for r in [one, *many]] == ["available"] * 4
     assert absent(q, two.id)
     assert orders.committed() == [1]
+
+
+def test_scoped_session_joins_the_transaction(
+    q: leaseq.Queue, engine: Engine, orders: Orders
+) -> None:
+    session = scoped_session(sessionmaker(engine))
+    try:
+        session.execute(orders.insert(1))
+        kept = q.enqueue("emails", {"order": 1}, conn=session)
+        session.commit()
+        gone = q.enqueue("emails", {"order": 2}, conn=session)
+        session.rollback()
+    finally:
+        session.remove()
+    assert q.get(kept.id).state == "available"
+    assert absent(q, gone.id)
+    assert orders.committed() == [1]
+
+
+def test_raw_pool_connection_is_the_driver_connection(
+    q: leaseq.Queue, engine: Engine, orders: Orders
+) -> None:
+    """``engine.raw_connection()``: the DB-API connection the caller drives itself."""
+    raw = engine.raw_connection()
+    try:
+        kept = q.enqueue("emails", {"order": 1}, conn=raw)
+        raw.commit()
+        gone = q.enqueue("emails", {"order": 2}, conn=raw)
+        raw.rollback()
+    finally:
+        raw.close()
+    assert q.get(kept.id).state == "available"
+    assert absent(q, gone.id)
 
 
 def test_session_ack_joins_the_transaction(
@@ -187,6 +224,8 @@ def test_async_connection_and_session_join_the_transaction(
                 await aq.enqueue_many([{"queue": "emails", "payload": {"order": 4}}],
                                       conn=session)
                 await session.rollback()
+                await aq.enqueue("emails", {"order": 6}, conn=session)  # begins, commits
+                await session.commit()
 
             [job] = await aq.dequeue("emails", worker_id="w")
             assert job.payload == {"order": 1}
@@ -205,7 +244,7 @@ def test_async_connection_and_session_join_the_transaction(
 
     assert asyncio.run(main()) == "running"  # the first ack rolled back with its session
     assert {j.payload["order"]: j.state for j in q.jobs("emails")} == {
-        1: "completed", 3: "available"}
+        1: "completed", 3: "available", 6: "available"}
     assert orders.committed() == [1, 3, 5]
 
 

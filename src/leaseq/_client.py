@@ -102,8 +102,10 @@ class Queue(Shared):
                 (``Job.headers``, ``JobInfo.headers``): at most 64 entries, names of 1-100
                 characters, 8 KiB encoded. With ``leaseq.tracing`` on, the trace context
                 is added to it.
-            conn: Your own DB-API connection (psycopg, PyMySQL or sqlite3): the job is
-                written in your transaction and exists only if you commit.
+            conn: Your own DB-API connection (psycopg, PyMySQL or sqlite3), or a
+                SQLAlchemy ``Connection`` or ``Session`` on one (``AsyncQueue``: an
+                ``AsyncConnection`` or ``AsyncSession``): the job is written in your
+                transaction and exists only if you commit (docs/integrations.md).
 
         Returns:
             The job's id and whether this call created it.
@@ -247,8 +249,9 @@ class Queue(Shared):
     def ack(self, job: Job, result: Any = None, *, conn: Any = None) -> None:
         """Record the job completed, with ``result`` (JSON) in history.
 
-        With ``conn``, the completion commits in your transaction with your side effects;
-        a stale lease raises ``LeaseLost`` so you can roll them back together.
+        With ``conn`` (as for ``enqueue``: a DB-API connection, or a SQLAlchemy
+        connection or session), the completion commits in your transaction with your side
+        effects; a stale lease raises ``LeaseLost`` so you can roll them back together.
         """
         job_id, token = self._held(job)
         text = self._result(result)

@@ -45,8 +45,9 @@ def caller_connection(conn: Any, backend: str | None = None) -> Any:
     """The DB-API connection that ``conn`` is or wraps, for a ``Queue`` on ``backend``.
 
     A SQLAlchemy ``Connection`` or ``Session`` (or ``scoped_session``) gives its driver
-    connection, inside its transaction (begun here if it was not yet). Anything else is
-    returned as it is, for the backend to check.
+    connection, inside its transaction (begun here if it was not yet); a pooled raw
+    connection (``engine.raw_connection()``) gives the driver connection it proxies.
+    Anything else is returned as it is, for the backend to check.
 
     Raises:
         ConfigurationError: ``conn`` is a SQLAlchemy object this cannot join: an
@@ -57,7 +58,11 @@ def caller_connection(conn: Any, backend: str | None = None) -> Any:
         return conn
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.orm import Session, scoped_session
+    from sqlalchemy.pool import PoolProxiedConnection
 
+    if isinstance(conn, PoolProxiedConnection):
+        # engine.raw_connection(): a DB-API connection the caller drives itself.
+        return conn.driver_connection
     if isinstance(conn, (Session, scoped_session)):
         conn = conn.connection()  # begins the session's transaction when it has none
     elif isinstance(conn, Engine):
@@ -99,7 +104,11 @@ async def acaller_connection(conn: Any, backend: str | None = None) -> Any:
         AsyncSession,
         async_scoped_session,
     )
+    from sqlalchemy.pool import PoolProxiedConnection
 
+    if isinstance(conn, PoolProxiedConnection):
+        # await async_conn.get_raw_connection(): the caller drives it itself.
+        return await _driver(conn.driver_connection, backend)
     if isinstance(conn, (AsyncSession, async_scoped_session)):
         conn = await conn.connection()  # begins the session's transaction when it has none
     elif isinstance(conn, AsyncEngine):
@@ -118,7 +127,11 @@ async def acaller_connection(conn: Any, backend: str | None = None) -> Any:
     if not conn.in_transaction():
         await conn.begin()  # what SQLAlchemy's autobegin does on the first statement
     raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
+    return await _driver(raw.driver_connection, backend)
+
+
+async def _driver(driver: Any, backend: str | None) -> Any:
+    """An asyncio driver connection as the backend joins it."""
     if isinstance(driver, _aiosqlite_type()):
         return await _aiosqlite(driver, backend)
     return driver
