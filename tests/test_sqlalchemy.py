@@ -334,3 +334,27 @@ def test_aiosqlite_bound_to_its_thread_is_refused(tmp_path: Any) -> None:
 
     kept_id, gone_absent = asyncio.run(main())
     assert kept_id > 0 and gone_absent
+
+
+def test_leaseq_never_imports_sqlalchemy(tmp_path: Any) -> None:
+    """A plain sqlite3 ``conn=`` in a process that never imported SQLAlchemy leaves it
+    unimported: leaseq works without it installed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sqlite3, sys, asyncio, leaseq\n"
+        f"url = 'sqlite:///{tmp_path}/jobs.db'\n"
+        "q = leaseq.connect(url); q.migrate()\n"
+        f"conn = sqlite3.connect('{tmp_path}/jobs.db', check_same_thread=False)\n"
+        "q.enqueue('emails', {}, conn=conn); conn.commit()\n"
+        "async def main():\n"
+        "    aq = leaseq.connect_async(url)\n"
+        "    await aq.enqueue('emails', {}, conn=conn); conn.commit(); await aq.close()\n"
+        "asyncio.run(main())\n"
+        "assert q.stats()['emails'].available == 2\n"
+        "print('sqlalchemy' in sys.modules, 'aiosqlite' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.split() == ["False", "False"]
