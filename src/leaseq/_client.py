@@ -104,8 +104,10 @@ class Queue(Shared):
                 (``Job.headers``, ``JobInfo.headers``): at most 64 entries, names of 1-100
                 characters, 8 KiB encoded. With ``leaseq.tracing`` on, the trace context
                 is added to it.
-            conn: Your own DB-API connection (psycopg, PyMySQL or sqlite3): the job is
-                written in your transaction and exists only if you commit.
+            conn: Your own DB-API connection (psycopg, PyMySQL or sqlite3), or a
+                SQLAlchemy ``Connection`` or ``Session`` on one (``AsyncQueue``: an
+                ``AsyncConnection`` or ``AsyncSession``): the job is written in your
+                transaction and exists only if you commit (docs/integrations.md).
 
         Returns:
             The job's id and whether this call created it.
@@ -141,7 +143,7 @@ class Queue(Shared):
         """The DB-API connection to write in: ``conn`` unwrapped, else ``default_conn``'s."""
         if conn is None and self.default_conn is not None:
             conn = self.default_conn()
-        return None if conn is None else caller_connection(conn)
+        return None if conn is None else caller_connection(conn, self.backend)
 
     def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """``enqueue_many`` inside a producer span whose context the jobs carry."""
@@ -249,8 +251,9 @@ class Queue(Shared):
     def ack(self, job: Job, result: Any = None, *, conn: Any = None) -> None:
         """Record the job completed, with ``result`` (JSON) in history.
 
-        With ``conn``, the completion commits in your transaction with your side effects;
-        a stale lease raises ``LeaseLost`` so you can roll them back together.
+        With ``conn`` (as for ``enqueue``: a DB-API connection, or a SQLAlchemy
+        connection or session), the completion commits in your transaction with your side
+        effects; a stale lease raises ``LeaseLost`` so you can roll them back together.
         """
         job_id, token = self._held(job)
         text = self._result(result)
@@ -572,7 +575,7 @@ class AsyncQueue(Shared):
         """See ``Queue._caller``."""
         if conn is None and self.default_conn is not None:
             conn = self.default_conn()
-        return None if conn is None else await acaller_connection(conn)
+        return None if conn is None else await acaller_connection(conn, self.backend)
 
     async def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """See ``Queue._enqueue_traced``."""
