@@ -31,7 +31,7 @@ from tests.conftest import require
 from tests.helpers import REDIS_CLUSTER_URL, drop_tables, new_prefix, wait_for
 
 STEPS, GROUPS, MEMBERS = 1000, 100, 10
-KILLS = int(__import__("os").environ.get("FLOWS_KILLS", "4"))
+KILLS = 4
 WORKER = ("tests._flows_app:app", "--concurrency", "8", "--poll-interval", "0.2",
           "--reclaim-interval", "0.2", "--grace", "1", "--log-level", "WARNING")
 
