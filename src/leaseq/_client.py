@@ -291,7 +291,8 @@ class Queue(Shared):
 
     def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
         """Stores a chain or group and enqueues its first jobs (``leaseq.flows``)."""
-        results: list[EnqueueResult] = self._backend.start_flow(flow, jobs)
+        results: list[EnqueueResult] = self._backend.start_flow(flow, jobs,
+                                                                self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 
@@ -715,7 +716,8 @@ class AsyncQueue(Shared):
 
     async def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
         """See ``Queue._start_flow``."""
-        results: list[EnqueueResult] = await self._backend.start_flow(flow, jobs)
+        results: list[EnqueueResult] = await self._backend.start_flow(flow, jobs,
+                                                                      self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 

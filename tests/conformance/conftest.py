@@ -33,6 +33,7 @@ CLUSTER_SKIPS = {
         "test_a_dead_step_stops_the_chain",
         "test_a_chain_moves_between_queues",
         "test_flows_enqueue_and_wait_from_asyncio",
+        "test_a_full_queue_refuses_the_whole_group",
     ], _NO_FLOWS),
 }
 

@@ -214,3 +214,11 @@ def test_flows_enqueue_and_wait_from_asyncio(app, q):
             await app.async_queue.close()
 
     assert asyncio.run(main()) == (3, {"tag": "", "results": [1, 2]})
+
+
+def test_a_full_queue_refuses_the_whole_group(app, q):
+    q.configure_queue(QUEUE, max_jobs=2)
+    add = app.tasks["add"]
+    with pytest.raises(leaseq.QueueFull):
+        leaseq.group(add.s(1), add.s(2), add.s(3)).enqueue()
+    assert jobs_of(q, "add") == []

@@ -73,8 +73,11 @@ class PlanBackend:
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
         return self.run("complete_many", lambda: self.ops.complete_many(items))
 
-    def start_flow(self, flow: NewFlow, jobs: Sequence[NewJob]) -> Any:
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+    ) -> Any:
         # Not repeated after a dropped connection, as enqueue: it may have committed.
+        # ``capped`` as in enqueue: Redis checks every queue's cap in its script anyway.
         return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs))
 
     def complete_steps(self, items: Sequence[StepItem]) -> Any:

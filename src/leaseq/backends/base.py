@@ -162,9 +162,12 @@ class Backend(Protocol):
         """``complete`` for each ``(id, token, result)`` in one transaction: True per job
         completed, False (nothing changed) per stale lease."""
 
-    def start_flow(self, flow: NewFlow, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+    ) -> list[EnqueueResult]:
         """nothing → a stored flow and its first jobs (a chain's first step, or a group's
-        members, each with a ``leaseq-flow`` header naming ``flow``), in one transaction
+        members, each with a ``leaseq-flow`` header naming ``flow``; ``capped`` as for
+        ``enqueue``: a full queue refuses the whole flow), in one transaction
         (on Redis the flow is written first: a crash in between leaves a flow no job
         names, which nothing reads). A chain's flow records the first step's id."""
 
@@ -302,7 +305,7 @@ class AsyncBackend(Protocol):
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> list[bool]: ...
     async def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob]
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
     ) -> list[EnqueueResult]: ...
     async def complete_steps(self, items: Sequence[StepItem]) -> list[bool]: ...
     async def get_flow(self, flow_id: str) -> FlowState | None: ...

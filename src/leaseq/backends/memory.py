@@ -353,7 +353,9 @@ class MemoryBackend:
                 done.append(ok or self._completed_by(job_id, token))
             return done
 
-    def start_flow(self, flow: NewFlow, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+    ) -> list[EnqueueResult]:
         with self.lock:
             specs = {i: encode_step(step) for i, step in enumerate(flow.steps, start=1)}
             callback = None if flow.then is None else encode_step(flow.then)
