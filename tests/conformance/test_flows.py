@@ -222,3 +222,14 @@ def test_a_full_queue_refuses_the_whole_group(app, q):
     with pytest.raises(leaseq.QueueFull):
         leaseq.group(add.s(1), add.s(2), add.s(3)).enqueue()
     assert jobs_of(q, "add") == []
+
+
+def test_prune_deletes_finished_flows_and_keeps_running_ones(app, q):
+    add = app.tasks["add"]
+    done = leaseq.chain(add.s(1), add.s()).enqueue()
+    assert drain(app, q) == 2
+    running = leaseq.chain(add.s(1), add.s()).enqueue()
+    q.prune(older_than=0)
+    with pytest.raises(leaseq.JobNotFound):
+        done.state()
+    assert running.state().remaining == 2

@@ -90,6 +90,7 @@ class _Flow:
     """A chain or group as the SQL backends' flows and flow_parts rows hold it."""
 
     state: FlowState
+    created: float
     specs: dict[int, str]  # a chain's later steps
     callback: str | None
     results: dict[int, str | None]  # a group's member results
@@ -363,7 +364,7 @@ class MemoryBackend:
             first = results[0].id if flow.kind == "chain" else None
             self.flows[flow.flow_id] = _Flow(
                 FlowState(flow.flow_id, flow.kind, flow.size, flow.size, 0, first),
-                specs, callback, {})
+                self.clock(), specs, callback, {})
             return results
 
     def complete_steps(self, items: Sequence[StepItem]) -> list[bool]:
@@ -663,6 +664,9 @@ class MemoryBackend:
             old = [i for i, r in self.history.items() if (r.finished_at or 0) < cutoff]
             for job_id in old:
                 del self.history[job_id]
+            for flow_id in [f for f, flow in self.flows.items()
+                            if flow.state.remaining == 0 and flow.created < cutoff]:
+                del self.flows[flow_id]
             return len(old)
 
     def close(self) -> None:

@@ -996,6 +996,11 @@ class SqlOps:
                 yield Stmt(f"drop_{table}")
 
     def prune(self, older_than: float, batch: int = 5000) -> Plan[int]:
+        """History rows in batches; also the flows that finished and were made more than
+        ``older_than`` ago (not counted: the count is of jobs)."""
+        age = {"age": self.d.span(older_than)}
+        yield Stmt("prune_flow_parts", age)
+        yield Stmt("prune_flows", age)
         pruned = 0
         while True:
             r = yield Stmt("prune", {"age": self.d.span(older_than), "limit": batch})

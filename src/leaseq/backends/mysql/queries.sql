@@ -600,8 +600,8 @@ LIMIT 1;
 -- Chains and groups (docs/workflows.md; plans in _sql/ops.py, "flows").
 
 -- name: insert_flow
-INSERT INTO {prefix}flows (id, kind, size, remaining, step, job_id, callback)
-VALUES (:id, :kind, :size, :size, 0, :job_id, :callback);
+INSERT INTO {prefix}flows (id, kind, size, remaining, step, job_id, callback, created_at)
+VALUES (:id, :kind, :size, :size, 0, :job_id, :callback, UTC_TIMESTAMP(6));
 
 -- name: insert_flow_part
 INSERT INTO {prefix}flow_parts (flow_id, idx, spec, result)
@@ -628,6 +628,15 @@ FOR UPDATE;
 
 -- name: set_flow_job
 UPDATE {prefix}flows SET job_id = :job_id, step = :step WHERE id = :id;
+
+-- name: prune_flow_parts
+-- prune: the parts of flows whose every step or member completed, made more than :age
+-- ago (then prune_flows). A running flow is never pruned, however old.
+DELETE FROM {prefix}flow_parts
+WHERE flow_id IN (SELECT id FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :age MICROSECOND));
+
+-- name: prune_flows
+DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :age MICROSECOND);
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;

@@ -680,5 +680,14 @@ SELECT idx, result FROM {prefix}flow_parts WHERE flow_id = :flow_id ORDER BY idx
 -- name: set_flow_job
 UPDATE {prefix}flows SET job_id = :job_id, step = :step WHERE id = :id;
 
+-- name: prune_flow_parts
+-- prune: the parts of flows whose every step or member completed, made more than :age
+-- ago (then prune_flows). A running flow is never pruned, however old.
+DELETE FROM {prefix}flow_parts
+WHERE flow_id IN (SELECT id FROM {prefix}flows WHERE remaining = 0 AND created_at < now() - make_interval(secs => :age));
+
+-- name: prune_flows
+DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < now() - make_interval(secs => :age);
+
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;

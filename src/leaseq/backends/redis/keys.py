@@ -38,6 +38,7 @@ class Keys:
         self.index = f"{{{prefix}}}:index"
         self.queues = f"{{{prefix}}}:queues"
         self.configured = f"{{{prefix}}}:configured"
+        self.flows = f"{{{prefix}}}:flows"
         # Not a key: the pub/sub channel on which scripts that make jobs due now publish
         # the queue's name (``wake`` in scripts/_common.lua builds the same name from a
         # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.

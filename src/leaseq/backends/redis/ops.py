@@ -522,6 +522,8 @@ class RedisOps:
         for i, step in enumerate(flow.steps, start=1):
             values += [f"s:{i}", encode_step(step)]
         yield Call("HSET", args=(key, *values), command=True)
+        yield Call("ZADD", args=(self.k.flows, (yield from self.server_us()), flow.flow_id),
+                   command=True)
         results = yield from self.enqueue(jobs)
         if flow.kind == "chain":
             yield Call("HSETNX", args=(key, "job_id", results[0].id), command=True)
@@ -553,6 +555,31 @@ class RedisOps:
             raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not "
                                "stored or already complete; nothing was changed")
         return bool(reply == "ok")
+
+    def server_us(self) -> Plan[int]:
+        """The server's clock in µs (TIME), as scripts read it."""
+        seconds, micros = yield Call("TIME", command=True)
+        return int(seconds) * 1_000_000 + int(micros)
+
+    def prune_flows(self, older_than: float) -> Plan[None]:
+        """Deletes the flows whose every step or member completed, made more than
+        ``older_than`` ago. A finished flow never changes again, so reading one and
+        deleting it need not be atomic; a running one is skipped, however old."""
+        cutoff = (yield from self.server_us()) - us(older_than)
+        kept = 0
+        while True:
+            ids = yield Call("ZRANGEBYSCORE", args=(self.k.flows, "-inf", f"({cutoff}", "LIMIT",
+                                                    kept, ROUND), command=True)
+            for flow_id in ids:
+                key = self.k.flow(flow_id)
+                remaining = yield Call("HGET", args=(key, "remaining"), command=True)
+                if remaining is None or int(remaining) == 0:
+                    yield Call("UNLINK", args=(key,), command=True)
+                    yield Call("ZREM", args=(self.k.flows, flow_id), command=True)
+                else:
+                    kept += 1
+            if len(ids) < ROUND:
+                return
 
     def get_flow(self, flow_id: str) -> Plan[FlowState | None]:
         kind, size, remaining, step, job = yield Call(
@@ -777,6 +804,8 @@ class RedisOps:
         return reclaimed + discarded
 
     def prune(self, older_than: float) -> Plan[int]:
+        """History jobs in rounds; also finished flows (``prune_flows``; not counted)."""
+        yield from self.prune_flows(older_than)
         pruned = 0
         for _, keys in (yield from self.queue_groups()):
             while True:

@@ -10,7 +10,7 @@ CREATE TABLE {prefix}flows (
     step       INT          NOT NULL DEFAULT 0,
     job_id     BIGINT       NULL,
     callback   LONGTEXT     NULL,
-    created_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    created_at DATETIME(6)  NOT NULL,  -- UTC_TIMESTAMP(6), written by insert_flow
     PRIMARY KEY (id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
