@@ -1,0 +1,54 @@
+"""Settings of the example project: one app (shop) whose orders enqueue a receipt.
+
+The database comes from the environment so the same project runs on SQLite (the default,
+db.sqlite3 beside manage.py) or PostgreSQL:
+
+    EXAMPLE_DB=postgresql EXAMPLE_DB_NAME=shop EXAMPLE_DB_HOST=127.0.0.1 \\
+        EXAMPLE_DB_USER=postgres ./manage.py migrate
+"""
+
+import os
+from pathlib import Path
+
+import django
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = os.environ.get("EXAMPLE_SECRET_KEY", "example-only-not-secret")
+DEBUG = True
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+INSTALLED_APPS = [
+    "leaseq.contrib.django",  # manage.py migrate creates leaseq's tables; leaseq_worker
+    "shop",
+]
+
+if os.environ.get("EXAMPLE_DB", "sqlite") == "postgresql":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("EXAMPLE_DB_NAME", "shop"),
+            "USER": os.environ.get("EXAMPLE_DB_USER", "postgres"),
+            "PASSWORD": os.environ.get("EXAMPLE_DB_PASSWORD", ""),
+            "HOST": os.environ.get("EXAMPLE_DB_HOST", "127.0.0.1"),
+            "PORT": os.environ.get("EXAMPLE_DB_PORT", "5432"),
+        }
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("EXAMPLE_DB_NAME", str(BASE_DIR / "db.sqlite3")),
+            # Django 5.1+: atomic blocks take SQLite's write lock when they begin, so an
+            # enqueue inside one never has to upgrade a read transaction (which fails at
+            # once, without waiting, while a worker writes).
+            "OPTIONS": {"transaction_mode": "IMMEDIATE"} if django.VERSION >= (5, 1) else {},
+        }
+    }
+
+# leaseq's tables live in the default database, and enqueues inside its
+# transaction.atomic() join Django's transaction.
+LEASEQ = {
+    "DATABASE": "default",
+    "SETTINGS": {"table_prefix": os.environ.get("EXAMPLE_LEASEQ_PREFIX", "leaseq_")},
+}
