@@ -40,8 +40,8 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("EXAMPLE_DB_NAME", str(BASE_DIR / "db.sqlite3")),
             # Django 5.1+: atomic blocks take SQLite's write lock when they begin, so an
-            # enqueue inside one never has to upgrade a read transaction (which fails at
-            # once, without waiting, while a worker writes).
+            # enqueue inside one never upgrades a read transaction (which SQLite refuses
+            # at once, without waiting, when a worker committed in between).
             "OPTIONS": {"transaction_mode": "IMMEDIATE"} if django.VERSION >= (5, 1) else {},
         }
     }

@@ -64,7 +64,7 @@ def read_config() -> Config:
     try:
         raw = getattr(django_settings, "LEASEQ", None)
         databases = django_settings.DATABASES
-    except ImproperlyConfigured as exc:
+    except (ImproperlyConfigured, ImportError) as exc:  # no settings, or none importable
         raise ConfigurationError(
             f"leaseq.contrib.django needs Django's settings (DJANGO_SETTINGS_MODULE): {exc}"
         ) from exc

@@ -98,10 +98,12 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no type hints
         """``call_command("leaseq_worker", "--burst", ...)``: the worker in this process.
 
         Raises:
-            CommandError: The worker exited with a non-zero code.
+            CommandError: A bad option, or the worker exited with a non-zero code.
         """
         try:
             command().main(args=list(args), prog_name="leaseq_worker", standalone_mode=False)
+        except click.ClickException as exc:
+            raise CommandError(exc.format_message()) from exc
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise CommandError(f"leaseq worker exited with code {exc.code}") from exc
