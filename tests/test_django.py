@@ -1,10 +1,11 @@
-"""leaseq.contrib.django through the example project (examples/django_project), on SQLite
-and PostgreSQL: ``manage.py migrate`` creates leaseq's tables (again and again), an
-enqueue inside ``transaction.atomic()`` commits or rolls back with the order written
-beside it, and ``manage.py leaseq_worker`` runs the shop's task from its ``tasks.py``.
+"""leaseq.contrib.django through the example project (examples/django_project), on SQLite,
+PostgreSQL and MariaDB/MySQL (Django on PyMySQL): ``manage.py migrate`` creates leaseq's
+tables (again and again), an enqueue inside ``transaction.atomic()`` commits or rolls back
+with the order written beside it, and ``manage.py leaseq_worker`` runs the shop's task
+from its ``tasks.py``.
 
-Each backend gets a fresh project database (a temporary SQLite file, a new PostgreSQL
-database) that ``manage.py`` subprocesses use, as a real deployment would. The mapping
+Each backend gets a fresh project database (a temporary SQLite file, a new PostgreSQL or
+MySQL database) that ``manage.py`` subprocesses use, as a real deployment would. The mapping
 of Django's settings to a leaseq URL is checked in-process.
 """
 
@@ -28,7 +29,7 @@ from click.testing import CliRunner
 
 import leaseq
 from tests.conftest import require
-from tests.helpers import POSTGRES_URL, new_prefix, wait_for
+from tests.helpers import MYSQL_URL, POSTGRES_URL, new_prefix, wait_for
 
 pytest.importorskip("django")  # the dev extra installs it; CI always has it
 
@@ -60,13 +61,34 @@ class Project:
         if self.backend == "sqlite":
             with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
                 return conn.execute(query).fetchall()
+        if self.backend == "mysql":
+            with mysql_connection(self.env["EXAMPLE_DB_NAME"]) as conn, conn.cursor() as cur:
+                cur.execute(query)
+                return [tuple(row) for row in cur.fetchall()]
         import psycopg
 
         with psycopg.connect(self.url) as conn:
             return conn.execute(query).fetchall()  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def mysql_connection(database: str) -> Any:
+    import pymysql
+
+    parts = urlsplit(MYSQL_URL)
+    return pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
+                           password=parts.password or "", database=database, autocommit=True)
+
+
+def server_env(url: str, vendor: str, name: str) -> dict[str, str]:
+    """The example's EXAMPLE_DB* variables for database ``name`` on ``url``'s server."""
+    parts = urlsplit(url)
+    return {"EXAMPLE_DB": vendor, "EXAMPLE_DB_NAME": name,
+            "EXAMPLE_DB_HOST": parts.hostname or "127.0.0.1",
+            "EXAMPLE_DB_PORT": str(parts.port or ""), "EXAMPLE_DB_USER": parts.username or "",
+            "EXAMPLE_DB_PASSWORD": parts.password or ""}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres", "mysql"])
 def project(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     backend: str = request.param
@@ -79,18 +101,26 @@ def project(request: pytest.FixtureRequest,
         env.update(EXAMPLE_DB="sqlite", EXAMPLE_DB_NAME=str(path))
         yield Project(backend, env, f"sqlite:///{path}", prefix)
         return
+    name = f"leaseq_django_{secrets.token_hex(4)}"
+    if backend == "mysql":
+        with mysql_connection(urlsplit(MYSQL_URL).path.lstrip("/")) as conn:
+            conn.cursor().execute(f"CREATE DATABASE {name}")
+        env.update(server_env(MYSQL_URL, "mysql", name))
+        try:
+            yield Project(backend, env, urlsplit(MYSQL_URL)._replace(path=f"/{name}").geturl(),
+                          prefix)
+        finally:
+            with mysql_connection(urlsplit(MYSQL_URL).path.lstrip("/")) as conn:
+                conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        return
     import psycopg
 
-    name = f"leaseq_django_{secrets.token_hex(4)}"
-    parts = urlsplit(POSTGRES_URL)
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")  # type: ignore[arg-type]
-    env.update(EXAMPLE_DB="postgresql", EXAMPLE_DB_NAME=name,
-               EXAMPLE_DB_HOST=parts.hostname or "127.0.0.1",
-               EXAMPLE_DB_PORT=str(parts.port or 5432), EXAMPLE_DB_USER=parts.username or "",
-               EXAMPLE_DB_PASSWORD=parts.password or "")
+    env.update(server_env(POSTGRES_URL, "postgresql", name))
     try:
-        yield Project(backend, env, parts._replace(path=f"/{name}").geturl(), prefix)
+        yield Project(backend, env, urlsplit(POSTGRES_URL)._replace(path=f"/{name}").geturl(),
+                      prefix)
     finally:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")  # type: ignore[arg-type]
@@ -224,3 +254,32 @@ def test_a_driver_leaseq_cannot_join_is_refused_by_name() -> None:
         conn = type("connection", (), {"__module__": module})()
         with pytest.raises(leaseq.ConfigurationError, match=words):
             _driver_connection(vendor, conn, "default")
+
+
+def test_bad_leaseq_settings_are_refused_by_name(tmp_path: Path) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from leaseq.contrib.django.conf import Config, read_config
+
+    if not settings.configured:  # this process runs no Django project of its own
+        settings.configure(DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3",
+                                                  "NAME": str(tmp_path / "x.sqlite3")}})
+    with override_settings():
+        del settings.LEASEQ
+        assert read_config() == Config("default", None, {})
+    good = {"DATABASE": "default", "SETTINGS": {"table_prefix": "jobs_"}}
+    with override_settings(LEASEQ=good):
+        assert read_config() == Config("default", None, {"table_prefix": "jobs_"})
+    with override_settings(LEASEQ={"URL": "memory://"}):
+        assert read_config().alias == "default"
+        assert read_config().database is None
+    for bad, words in [({"DATABASE": "other"}, "must name a database"),
+                       ({"DATABSE": "default"}, "unknown keys"),
+                       ({"URL": 5}, "must be a string"),
+                       ({"SETTINGS": {"leas": 5}}, "leas"),
+                       ({"SETTINGS": {"lease": -5}}, "lease"),
+                       (["default"], "must be a dict")]:
+        with override_settings(LEASEQ=bad), pytest.raises(leaseq.ConfigurationError,
+                                                           match=words):
+            read_config()

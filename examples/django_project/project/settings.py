@@ -1,7 +1,7 @@
 """Settings of the example project: one app (shop) whose orders enqueue a receipt.
 
 The database comes from the environment so the same project runs on SQLite (the default,
-db.sqlite3 beside manage.py) or PostgreSQL:
+db.sqlite3 beside manage.py), PostgreSQL or MySQL/MariaDB (EXAMPLE_DB=mysql, on PyMySQL):
 
     EXAMPLE_DB=postgresql EXAMPLE_DB_NAME=shop EXAMPLE_DB_HOST=127.0.0.1 \\
         EXAMPLE_DB_USER=postgres ./manage.py migrate
@@ -23,15 +23,21 @@ INSTALLED_APPS = [
     "shop",
 ]
 
-if os.environ.get("EXAMPLE_DB", "sqlite") == "postgresql":
+DB = os.environ.get("EXAMPLE_DB", "sqlite")
+if DB in ("postgresql", "mysql"):
+    if DB == "mysql":
+        # PyMySQL stands in for mysqlclient: leaseq joins Django's transactions through it.
+        import pymysql
+
+        pymysql.install_as_MySQLdb()
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.postgresql",
+            "ENGINE": f"django.db.backends.{DB}",
             "NAME": os.environ.get("EXAMPLE_DB_NAME", "shop"),
-            "USER": os.environ.get("EXAMPLE_DB_USER", "postgres"),
+            "USER": os.environ.get("EXAMPLE_DB_USER", "postgres" if DB == "postgresql" else "root"),
             "PASSWORD": os.environ.get("EXAMPLE_DB_PASSWORD", ""),
             "HOST": os.environ.get("EXAMPLE_DB_HOST", "127.0.0.1"),
-            "PORT": os.environ.get("EXAMPLE_DB_PORT", "5432"),
+            "PORT": os.environ.get("EXAMPLE_DB_PORT", ""),
         }
     }
 else:
