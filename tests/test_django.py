@@ -283,3 +283,42 @@ def test_bad_leaseq_settings_are_refused_by_name(tmp_path: Path) -> None:
         with override_settings(LEASEQ=bad), pytest.raises(leaseq.ConfigurationError,
                                                            match=words):
             read_config()
+
+
+def test_call_command_runs_the_worker_in_the_calling_process(migrated: Project) -> None:
+    order, job, _ = place_order(migrated, "call@example.com")
+    script = (
+        "import django; django.setup()\n"
+        "from django.core.management import call_command, CommandError\n"
+        "call_command('leaseq_worker', '--burst', '--queues', 'receipts')\n"
+        "try:\n"
+        "    call_command('leaseq_worker', '--bogus')\n"
+        "except CommandError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=EXAMPLE, env=migrated.env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "refused: No such option '--bogus'" in done.stdout
+    assert orders(migrated, "call@example.com") == [(order, True)]
+    q = migrated.queue()
+    try:
+        assert q.get(job).state == "completed"
+    finally:
+        q.close()
+
+
+def test_options_manage_py_applied_itself_are_not_passed_to_click() -> None:
+    from leaseq.contrib.django.management.commands.leaseq_worker import without_applied
+
+    assert without_applied(["--settings", "a.b", "--burst", "--pythonpath=/x", "--queues",
+                            "q", "--settings=c.d"]) == ["--burst", "--queues", "q"]
+
+
+def test_nothing_outside_contrib_imports_django() -> None:
+    src = ROOT / "src" / "leaseq"
+    for path in src.rglob("*.py"):
+        if "contrib" in path.relative_to(src).parts:
+            continue
+        text = path.read_text()
+        assert not re.search(r"^\s*(import|from)\s+django\b", text, re.MULTILINE), path
