@@ -240,7 +240,8 @@ class DjangoApp(App):
     def queue(self) -> Queue:
         """The app's ``Queue``, opened on first use, joining Django's transactions."""
         queue = super().queue
-        queue.default_conn = self._joins
+        if self._joins is not None:
+            queue.default_conn = self._joins
         return queue
 
 
