@@ -149,7 +149,6 @@ def test_migrate_creates_leaseq_tables_and_runs_again_keeping_jobs(migrated: Pro
     q = migrated.queue()
     try:
         job = q.enqueue("receipts", {"kept": True}).id
-        assert migrated.manage("migrate").stdout.strip().endswith("No migrations to apply.")
         # Unapplied and applied again, the migration runs leaseq's migrate on existing
         # tables: it must change nothing, and the job stays.
         migrated.manage("migrate", "leaseq", "zero")
@@ -285,6 +284,9 @@ def test_bad_leaseq_settings_are_refused_by_name(tmp_path: Path) -> None:
             read_config()
 
 
+# One backend is enough here (the command's code is the same on each); MySQL, where the
+# other worker test runs no --processes children.
+@pytest.mark.parametrize("project", ["mysql"], indirect=True)
 def test_call_command_runs_the_worker_in_the_calling_process(migrated: Project) -> None:
     order, job, _ = place_order(migrated, "call@example.com")
     script = (
