@@ -184,6 +184,40 @@ def test_an_exception_inside_atomic_rolls_back_the_order_and_the_job(migrated: P
         q.close()
 
 
+ACK_SCRIPT = """
+import django; django.setup()
+from django.db import transaction
+import leaseq
+from leaseq.contrib.django import app
+from shop.models import Order
+
+order = Order.objects.create(email="ack@example.com")
+job_id = app.queue.enqueue("acks", {"order": order.pk}).id
+job, = app.queue.dequeue("acks", worker_id="t", lease=60)
+try:
+    with transaction.atomic():
+        Order.objects.filter(pk=order.pk).update(receipt_sent=True)
+        app.queue.ack(job, result="sent")
+        raise KeyError("crash after the ack")
+except KeyError:
+    pass
+print("after rollback:", app.queue.get(job_id).state, Order.objects.get(pk=order.pk).receipt_sent)
+with transaction.atomic():
+    Order.objects.filter(pk=order.pk).update(receipt_sent=True)
+    app.queue.ack(job, result="sent")
+print("after commit:", app.queue.get(job_id).state, Order.objects.get(pk=order.pk).receipt_sent)
+"""
+
+
+def test_ack_inside_atomic_commits_or_rolls_back_with_the_side_effects(
+        migrated: Project) -> None:
+    done = subprocess.run([sys.executable, "-c", ACK_SCRIPT], cwd=EXAMPLE, env=migrated.env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["after rollback: running False",
+                                        "after commit: completed True"]
+
+
 def test_leaseq_worker_runs_a_task_from_the_apps_tasks_py(migrated: Project) -> None:
     order, job, _ = place_order(migrated, "worker@example.com")
     # PostgreSQL runs the worker with --processes 2: spawned children set Django up
@@ -259,11 +293,15 @@ def test_bad_leaseq_settings_are_refused_by_name(tmp_path: Path) -> None:
     from django.conf import settings
     from django.test import override_settings
 
+    from leaseq.contrib.django.checks import check_settings
     from leaseq.contrib.django.conf import Config, read_config
 
     if not settings.configured:  # this process runs no Django project of its own
-        settings.configure(DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3",
-                                                  "NAME": str(tmp_path / "x.sqlite3")}})
+        sqlite = "django.db.backends.sqlite3"
+        settings.configure(DATABASES={
+            "default": {"ENGINE": sqlite, "NAME": str(tmp_path / "x.sqlite3")},
+            "memory": {"ENGINE": sqlite, "NAME": ":memory:"},
+        })
     with override_settings():
         del settings.LEASEQ
         assert read_config() == Config("default", None, {})
@@ -279,9 +317,13 @@ def test_bad_leaseq_settings_are_refused_by_name(tmp_path: Path) -> None:
                        ({"SETTINGS": {"leas": 5}}, "leas"),
                        ({"SETTINGS": {"lease": -5}}, "lease"),
                        (["default"], "must be a dict")]:
-        with override_settings(LEASEQ=bad), pytest.raises(leaseq.ConfigurationError,
-                                                           match=words):
-            read_config()
+        with override_settings(LEASEQ=bad):
+            with pytest.raises(leaseq.ConfigurationError, match=words):
+                read_config()
+            assert [e.id for e in check_settings()] == ["leaseq.E001"]
+    assert check_settings() == []
+    with override_settings(LEASEQ={"DATABASE": "memory"}):
+        assert "in-memory" in check_settings()[0].msg
 
 
 # One backend is enough here (the command's code is the same on each); MySQL, where the

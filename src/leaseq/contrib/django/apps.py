@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core import checks
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -16,5 +17,8 @@ class LeaseqConfig(AppConfig):  # type: ignore[misc]  # Django ships no type hin
     verbose_name = "leaseq"
 
     def ready(self) -> None:
-        """Import each installed app's ``tasks.py``."""
+        """Register the settings check; import each installed app's ``tasks.py``."""
+        from leaseq.contrib.django.checks import check_settings
+
+        checks.register(check_settings)
         autodiscover_modules("tasks")
