@@ -31,8 +31,6 @@ import leaseq
 from tests.conftest import require
 from tests.helpers import MYSQL_URL, POSTGRES_URL, new_prefix, wait_for
 
-pytest.importorskip("django")  # the dev extra installs it; CI always has it
-
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "django_project"
 
