@@ -289,10 +289,13 @@ class Queue(Shared):
         self._woken_by(links)
         return done
 
-    def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
-        """Stores a chain or group and enqueues its first jobs (``leaseq.flows``)."""
-        results: list[EnqueueResult] = self._backend.start_flow(flow, jobs,
-                                                                self._capped_in(jobs))
+    def _start_flow(
+        self, flow: NewFlow, jobs: list[NewJob], conn: Any = None
+    ) -> list[EnqueueResult]:
+        """Stores a chain or group and enqueues its first jobs (``leaseq.flows``), in the
+        caller's transaction with ``conn`` (or ``default_conn``'s)."""
+        results: list[EnqueueResult] = self._backend.start_flow(
+            flow, jobs, self._capped_in(jobs), self._caller(conn))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 
@@ -714,10 +717,12 @@ class AsyncQueue(Shared):
         self._woken_by(links)
         return done
 
-    async def _start_flow(self, flow: NewFlow, jobs: list[NewJob]) -> list[EnqueueResult]:
+    async def _start_flow(
+        self, flow: NewFlow, jobs: list[NewJob], conn: Any = None
+    ) -> list[EnqueueResult]:
         """See ``Queue._start_flow``."""
-        results: list[EnqueueResult] = await self._backend.start_flow(flow, jobs,
-                                                                      self._capped_in(jobs))
+        results: list[EnqueueResult] = await self._backend.start_flow(
+            flow, jobs, self._capped_in(jobs), await self._caller(conn))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return results
 

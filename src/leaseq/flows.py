@@ -158,20 +158,25 @@ class Chain:
                  for job, sig in zip(jobs[1:], self.steps[1:], strict=True)]
         return NewFlow(flow_id, "chain", len(jobs), steps), jobs[0]
 
-    def enqueue(self) -> FlowResult:
-        """Stores the chain and enqueues its first step, in one transaction."""
+    def enqueue(self, *, conn: Any = None) -> FlowResult:
+        """Stores the chain and enqueues its first step, in one transaction.
+
+        Args:
+            conn: Your own DB-API connection (as ``Queue.enqueue``'s): the chain is
+                written in your transaction and exists only if you commit.
+        """
         q = _app_of(self.steps, "chain").queue
         q._fresh_configs()  # a queue's stored max_attempts is each job's default
         flow, first = self._plan(q)
-        [result] = q._start_flow(flow, [first])
+        [result] = q._start_flow(flow, [first], conn)
         return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), q)
 
-    async def enqueue_async(self) -> FlowResult:
+    async def enqueue_async(self, *, conn: Any = None) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
         app = _app_of(self.steps, "chain")
         await app.async_queue._fresh_configs()
         flow, first = self._plan(app.async_queue)
-        [result] = await app.async_queue._start_flow(flow, [first])
+        [result] = await app.async_queue._start_flow(flow, [first], conn)
         return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), app.queue)
 
 
@@ -204,21 +209,22 @@ class Group:
             then = FlowStep(job, self.callback.first_parameter)
         return NewFlow(flow_id, "group", len(jobs), then=then), jobs
 
-    def enqueue(self) -> FlowResult:
-        """Stores the group and enqueues its members, in one transaction."""
+    def enqueue(self, *, conn: Any = None) -> FlowResult:
+        """Stores the group and enqueues its members, in one transaction (yours, with
+        ``conn``, as ``Chain.enqueue``)."""
         q = _app_of(self._signatures(), "group").queue
         q._fresh_configs()
         flow, jobs = self._plan(q)
-        results = q._start_flow(flow, jobs)
+        results = q._start_flow(flow, jobs, conn)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results), q,
                           then=self.callback is not None)
 
-    async def enqueue_async(self) -> FlowResult:
+    async def enqueue_async(self, *, conn: Any = None) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
         app = _app_of(self._signatures(), "group")
         await app.async_queue._fresh_configs()
         flow, jobs = self._plan(app.async_queue)
-        results = await app.async_queue._start_flow(flow, jobs)
+        results = await app.async_queue._start_flow(flow, jobs, conn)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results),
                           app.queue, then=self.callback is not None)
 

@@ -249,8 +249,8 @@ class BoundTask(Generic[P, R]):
         """``Task.s`` with these options (``conn`` is not used: a flow is enqueued in a
         transaction of its own)."""
         if self.conn is not None:
-            raise InvalidArgument(f"{self.task.name}: a step of a chain or group cannot be "
-                                  "enqueued in your transaction (conn=)")
+            raise InvalidArgument(f"{self.task.name}: a step of a chain or group takes no "
+                                  "conn=; pass it to the chain's or group's enqueue(conn=...)")
         return Signature(self, args, kwargs)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:

@@ -35,6 +35,7 @@ CLUSTER_SKIPS = {
         "test_flows_enqueue_and_wait_from_asyncio",
         "test_a_full_queue_refuses_the_whole_group",
         "test_prune_deletes_finished_flows_and_keeps_running_ones",
+        "test_a_flow_enqueued_in_a_callers_transaction_exists_only_if_it_commits",
     ], _NO_FLOWS),
 }
 

@@ -233,3 +233,28 @@ def test_prune_deletes_finished_flows_and_keeps_running_ones(app, q):
     with pytest.raises(leaseq.JobNotFound):
         done.state()
     assert running.state().remaining == 2
+
+
+def test_a_flow_enqueued_in_a_callers_transaction_exists_only_if_it_commits(
+    app, q, backend, url
+):
+    if backend not in ("sqlite", "postgres", "mysql"):
+        with pytest.raises(leaseq.ConfigurationError):
+            leaseq.chain(app.tasks["add"].s(1)).enqueue(conn=object())
+        return
+    from tests.test_transactions import open_connection
+
+    add = app.tasks["add"]
+    conn = open_connection(backend, url)
+    try:
+        rolled_back = leaseq.chain(add.s(1), add.s()).enqueue(conn=conn)
+        conn.rollback()
+        kept = leaseq.group(add.s(5, 0)).then(app.tasks["collect"].s()).enqueue(conn=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    with pytest.raises(leaseq.JobNotFound):
+        rolled_back.state()
+    assert [j.id for j in jobs_of(q, "add")] == list(kept.job_ids)
+    assert drain(app, q) == 2
+    assert kept.wait(timeout=10) == {"tag": "", "results": [5]}

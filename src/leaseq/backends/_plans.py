@@ -74,11 +74,12 @@ class PlanBackend:
         return self.run("complete_many", lambda: self.ops.complete_many(items))
 
     def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
     ) -> Any:
         # Not repeated after a dropped connection, as enqueue: it may have committed.
         # ``capped`` as in enqueue: Redis checks every queue's cap in its script anyway.
-        return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs))
+        return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs, conn))
 
     def complete_steps(self, items: Sequence[StepItem]) -> Any:
         return self.run("complete_steps", lambda: self.ops.complete_steps(items))

@@ -163,11 +163,13 @@ class Backend(Protocol):
         completed, False (nothing changed) per stale lease."""
 
     def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
     ) -> list[EnqueueResult]:
         """nothing → a stored flow and its first jobs (a chain's first step, or a group's
         members, each with a ``leaseq-flow`` header naming ``flow``; ``capped`` as for
-        ``enqueue``: a full queue refuses the whole flow), in one transaction
+        ``enqueue``: a full queue refuses the whole flow), in one transaction (the
+        caller's, with ``conn``)
         (on Redis the flow is written first: a crash in between leaves a flow no job
         names, which nothing reads). A chain's flow records the first step's id."""
 
@@ -305,7 +307,8 @@ class AsyncBackend(Protocol):
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> list[bool]: ...
     async def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
     ) -> list[EnqueueResult]: ...
     async def complete_steps(self, items: Sequence[StepItem]) -> list[bool]: ...
     async def get_flow(self, flow_id: str) -> FlowState | None: ...

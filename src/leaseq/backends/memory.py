@@ -355,12 +355,13 @@ class MemoryBackend:
             return done
 
     def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
     ) -> list[EnqueueResult]:
         with self.lock:
             specs = {i: encode_step(step) for i, step in enumerate(flow.steps, start=1)}
             callback = None if flow.then is None else encode_step(flow.then)
-            results = self.enqueue(jobs)
+            results = self.enqueue(jobs, conn)  # refuses a conn: no transactions here
             first = results[0].id if flow.kind == "chain" else None
             self.flows[flow.flow_id] = _Flow(
                 FlowState(flow.flow_id, flow.kind, flow.size, flow.size, 0, first),

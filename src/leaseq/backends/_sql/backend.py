@@ -44,10 +44,11 @@ class SqlBackend(PlanBackend):
                                single=not caps and self.ops.single("enqueue", jobs))
 
     def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = ()
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
     ) -> Any:
         caps = sorted({job.queue for job in jobs}.intersection(capped)) if capped else []
-        return self.runner.run(lambda: self.ops.start_flow(flow, jobs, caps))
+        return self.runner.run(lambda: self.ops.start_flow(flow, jobs, caps), conn=conn)
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,

@@ -509,10 +509,13 @@ class RedisOps:
                 "touch keys of different slots, which one script cannot do atomically"
             )
 
-    def start_flow(self, flow: NewFlow, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], conn: Any = None
+    ) -> Plan[list[EnqueueResult]]:
         """The flow hash first, then the jobs (``enqueue``): a crash in between leaves a
         flow no job names, which nothing reads. A chain's hash then names its first step
         unless that step completed already (HSETNX: its completion wrote the next)."""
+        refuse_connection(conn)
         self.no_flows_on_cluster()
         key = self.k.flow(flow.flow_id)
         values: list[str | int] = ["kind", flow.kind, "size", flow.size,
