@@ -54,6 +54,12 @@
 -- a user whose ACL denies the channel still has every script work, and is only woken
 -- by polling.
 --
+-- DONE CHANNEL (pub/sub, not a key): P:done. The helpers that finish a job (archive,
+-- complete_held, to_dead: completed, cancelled, discarded, dead) note its id; when the
+-- script returns, the loader's epilogue (lua.py) PUBLISHes the ids noted, comma-separated,
+-- in one message per call (a batch of 500 acks sends one), through redis.pcall as the
+-- wake-up does. Waiters on results (_results.py) subscribe; nothing noted, nothing sent.
+--
 -- JOB HASH FIELDS: id, queue, kind?, payload (JSON text), priority, max_attempts,
 -- unique_key?, state (available | running | dead | completed | cancelled | discarded;
 -- "scheduled" is available with available_at in the future), attempts, lease_token,
@@ -169,6 +175,23 @@ local function wake(q)
   if prefix then redis.pcall('PUBLISH', prefix .. ':wake', queue) end
 end
 
+-- Ids of the jobs this call finished, and the prefix P of their channel (DONE CHANNEL).
+local FINISHED = {}
+local FINISHED_PREFIX = false
+
+local function finished(q, id)
+  if type(id) == 'number' then id = int(id) end
+  FINISHED[#FINISHED + 1] = id
+  FINISHED_PREFIX = FINISHED_PREFIX or string.match(q.job, '^{([^:}]+):')
+end
+
+-- The loader's epilogue: one message with every id noted, after the script's own work.
+local function publish_finished()
+  if FINISHED_PREFIX and #FINISHED > 0 then
+    redis.pcall('PUBLISH', FINISHED_PREFIX .. ':done', table.concat(FINISHED, ','))
+  end
+end
+
 -- An available job goes to ready when due, else to delayed (claim promotes it later).
 local function make_available(q, id, at, priority, now)
   if tonumber(at) <= now then
@@ -222,6 +245,7 @@ local function to_dead(q, key, id, err, now)
   redis.call('HINCRBY', key, 'buries', 1)
   redis.call('ZADD', q.dead, id, id)
   redis.call('ZADD', q.buried, int(now), id)
+  finished(q, id)
 end
 
 -- A finished job that held a unique key frees it, and becomes the key's newest finished
@@ -255,6 +279,7 @@ local function archive(q, key, id, state, result, err, now)
     redis.call('HSET', key, 'error', err)
   end
   redis.call('ZADD', q[state], int(now), id)
+  finished(q, id)
 end
 
 -- running -> completed, for a job whose lease the caller has just checked: only the
@@ -273,6 +298,7 @@ local function complete_held(q, key, id, result, now)
     redis.call('HSET', key, 'state', 'completed', 'finished_at', t, 'updated_at', t)
   end
   redis.call('ZADD', q.completed, t, id)
+  finished(q, id)
 end
 
 -- fail (nack) of a job whose lease the caller has just checked: -> cancelled (history)
