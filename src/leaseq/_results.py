@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from leaseq import _listen
 from leaseq._core import validate as v
-from leaseq._core.job import JobInfo
+from leaseq._core.job import EnqueueResult, JobInfo, ResultWaiter
 from leaseq._core.settings import Settings
 from leaseq.errors import InvalidArgument, JobFailed, ResultNotReady
 
@@ -319,6 +319,15 @@ def _next_read(slot: Slot, now: float, read_at: float, due: float) -> float:
         slot.hit = False
         return now
     return min(due, max(now, read_at + MIN_GAP))
+
+
+def bind(results: list[EnqueueResult], waiter: ResultWaiter) -> list[EnqueueResult]:
+    """``results``, freshly made for the caller, with ``waiter`` set. Set in place rather
+    than copied with ``replace()``: a batch of 1,000 enqueues would otherwise spend ~1 %
+    of its time making new objects."""
+    for result in results:
+        object.__setattr__(result, "waiter", waiter)
+    return results
 
 
 class SyncClient(Protocol):
