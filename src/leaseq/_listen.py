@@ -338,10 +338,10 @@ class InThread:
     synchronous client's blocking ``dequeue``. ``stop()`` cancels it and waits for its
     connection to close."""
 
-    def __init__(self, run: Coroutine[Any, Any, None]) -> None:
+    def __init__(self, run: Coroutine[Any, Any, None], name: str = "leaseq-listen") -> None:
         self._loop = asyncio.new_event_loop()
         self._task = self._loop.create_task(run)
-        self._thread = threading.Thread(target=self._run, name="leaseq-listen", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

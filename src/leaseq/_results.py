@@ -132,7 +132,8 @@ class Hub:
             self._slots.setdefault(job_id, []).append(slot)
             if self._listener is not None and self._thread is None:
                 self._generation += 1
-                self._thread = _listen.InThread(self._serve(self._generation))
+                self._thread = _listen.InThread(self._serve(self._generation),
+                                                name=f"leaseq-results-{self.prefix}")
         try:
             yield slot
         finally:
