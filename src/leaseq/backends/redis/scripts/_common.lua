@@ -55,10 +55,12 @@
 -- by polling.
 --
 -- DONE CHANNEL (pub/sub, not a key): P:done. The helpers that finish a job (archive,
--- complete_held, to_dead: completed, cancelled, discarded, dead) note its id; when the
--- script returns, the loader's epilogue (lua.py) PUBLISHes the ids noted, comma-separated,
--- in one message per call (a batch of 500 acks sends one), through redis.pcall as the
--- wake-up does. Waiters on results (_results.py) subscribe; nothing noted, nothing sent.
+-- complete_held, to_dead: completed, cancelled, discarded, dead) note its id, and the
+-- scripts that call them end with publish_finished(), which PUBLISHes the ids noted,
+-- comma-separated, in one message per call (a batch of 500 acks sends one), through
+-- redis.pcall as the wake-up does. Waiters on results (_results.py) subscribe. A script
+-- that finishes jobs through these helpers must call publish_finished() before it returns
+-- (its waiters would otherwise only poll).
 --
 -- JOB HASH FIELDS: id, queue, kind?, payload (JSON text), priority, max_attempts,
 -- unique_key?, state (available | running | dead | completed | cancelled | discarded;
@@ -175,21 +177,16 @@ local function wake(q)
   if prefix then redis.pcall('PUBLISH', prefix .. ':wake', queue) end
 end
 
--- Ids of the jobs this call finished, and the prefix P of their channel (DONE CHANNEL).
-local FINISHED = {}
-local FINISHED_PREFIX = false
+-- Ids of the jobs this call finished, and how many (DONE CHANNEL). The helpers append
+-- inline, without a function call: complete_many runs it 500 times per call.
+local FINISHED, FINISHED_N = {}, 0
 
-local function finished(q, id)
-  if type(id) == 'number' then id = int(id) end
-  FINISHED[#FINISHED + 1] = id
-  FINISHED_PREFIX = FINISHED_PREFIX or string.match(q.job, '^{([^:}]+):')
-end
-
--- The loader's epilogue: one message with every id noted, after the script's own work.
+-- One message with every id noted, at the end of a script that finishes jobs. Every such
+-- script's KEYS[1] is a job key or a job-key prefix, "{P:Q}:job:...", which names P.
 local function publish_finished()
-  if FINISHED_PREFIX and #FINISHED > 0 then
-    redis.pcall('PUBLISH', FINISHED_PREFIX .. ':done', table.concat(FINISHED, ','))
-  end
+  if FINISHED_N == 0 then return end
+  local prefix = string.match(KEYS[1], '^{([^:}]+):')
+  if prefix then redis.pcall('PUBLISH', prefix .. ':done', table.concat(FINISHED, ',')) end
 end
 
 -- An available job goes to ready when due, else to delayed (claim promotes it later).
@@ -245,7 +242,8 @@ local function to_dead(q, key, id, err, now)
   redis.call('HINCRBY', key, 'buries', 1)
   redis.call('ZADD', q.dead, id, id)
   redis.call('ZADD', q.buried, int(now), id)
-  finished(q, id)
+  FINISHED_N = FINISHED_N + 1
+  FINISHED[FINISHED_N] = id
 end
 
 -- A finished job that held a unique key frees it, and becomes the key's newest finished
@@ -279,7 +277,8 @@ local function archive(q, key, id, state, result, err, now)
     redis.call('HSET', key, 'error', err)
   end
   redis.call('ZADD', q[state], int(now), id)
-  finished(q, id)
+  FINISHED_N = FINISHED_N + 1
+  FINISHED[FINISHED_N] = id
 end
 
 -- running -> completed, for a job whose lease the caller has just checked: only the
@@ -298,7 +297,8 @@ local function complete_held(q, key, id, result, now)
     redis.call('HSET', key, 'state', 'completed', 'finished_at', t, 'updated_at', t)
   end
   redis.call('ZADD', q.completed, t, id)
-  finished(q, id)
+  FINISHED_N = FINISHED_N + 1
+  FINISHED[FINISHED_N] = id
 end
 
 -- fail (nack) of a job whose lease the caller has just checked: -> cancelled (history)
