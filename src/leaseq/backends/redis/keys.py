@@ -43,7 +43,7 @@ class Keys:
         # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.
         self.wake = f"{prefix}:wake"
         # The channel on which scripts that finish jobs publish their ids, once per call
-        # (``finished`` in scripts/_common.lua); waiters on results subscribe.
+        # (``publish_finished`` in scripts/_common.lua); waiters on results subscribe.
         self.done = f"{prefix}:done"
 
     def queue(self, name: str) -> list[str]:
