@@ -57,6 +57,14 @@ def test_wait_returns_the_stored_result(q: leaseq.Queue) -> None:
     assert r.wait(timeout=0) == {"sum": 3}  # finished: no waiting at all
 
 
+def test_a_finished_job_needs_no_listener(q: leaseq.Queue, prefix: str) -> None:
+    r = q.enqueue("r", None)
+    [job] = q.dequeue("r")
+    q.ack(job, 42)
+    assert r.wait() == 42
+    assert not any(t.name == f"leaseq-results-{prefix}" for t in threading.enumerate())
+
+
 def test_result_reads_without_waiting(q: leaseq.Queue) -> None:
     r = q.enqueue("r", None)
     with pytest.raises(leaseq.ResultNotReady) as info:

@@ -240,6 +240,9 @@ def wait(
     """Block until job ``job_id`` finished; its result, ``JobFailed`` or
     ``TimeoutError``. ``waking`` (the client's) lets ``close()`` end the wait."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    info = get(job_id)
+    if settled(info) or timeout == 0:
+        return _final(info, timeout)
     bell = threading.Event()
     if waking is not None:
         waking.add(bell)
@@ -276,6 +279,9 @@ async def wait_async(
     Cancel-safe: a cancelled wait leaves nothing registered."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else time.monotonic() + timeout
+    info = await get(job_id)
+    if settled(info) or timeout == 0:
+        return _final(info, timeout)
     bell = asyncio.Event()
 
     def ring() -> None:
@@ -311,6 +317,15 @@ async def wait_async(
     finally:
         if waking is not None:
             waking.discard(bell)
+
+
+def _final(info: JobInfo, timeout: float | None) -> Any:
+    """The answer from a first read that needs no waiting: a finished job (its result or
+    ``JobFailed``), else ``TimeoutError`` (``timeout=0``). A wait that ends here starts no
+    listener: collecting the results of jobs long finished opens no connection."""
+    if settled(info):
+        return outcome(info)
+    raise _timed_out(info, timeout)
 
 
 def _next_read(slot: Slot, now: float, read_at: float, due: float) -> float:
