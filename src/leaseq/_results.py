@@ -125,8 +125,8 @@ class Hub:
     @contextlib.contextmanager
     def watch(self, job_id: int, ring: Callable[[], None]) -> Iterator[Slot]:
         """Registers a waiter on ``job_id`` for the block, starting the listener if
-        there is none. Register before the first read: a finish between that read and
-        the registration would otherwise go unheard."""
+        there is none. Register before the read after which the waiter sleeps: a finish
+        between that read and the registration would otherwise go unheard."""
         slot = Slot(ring)
         with self._lock:
             self._slots.setdefault(job_id, []).append(slot)
