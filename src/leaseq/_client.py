@@ -14,13 +14,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseq import _listen, _wakeup
+from leaseq import _listen, _results, _wakeup
 from leaseq import tracing as _tracing
 from leaseq._conn import acaller_connection, caller_connection
 from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
-from leaseq._core.flow import FlowState
+from leaseq._core.flow import FlowLink, FlowState
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -47,6 +47,7 @@ class Queue(Shared):
         super().__init__(url, settings)
         self._backend: Backend = create_backend(url, settings, use_async=False)
         self._configs_lock = threading.Lock()
+        self._result_waiter = _results.QueueWaiter(self)
         self._group = GroupCommit(self._write) if grouped(self._backend, settings) else None
 
     @property
@@ -162,7 +163,7 @@ class Queue(Shared):
         """One transaction (the caller's, with ``conn``), then the in-process wake-up."""
         results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
-        return results
+        return self._bind(results)
 
     def dequeue(
         self,
@@ -265,26 +266,37 @@ class Queue(Shared):
             if not self._backend.complete_steps([(job_id, token, text, link)])[0]:
                 raise self._step_lost(job_id, token)
             self._woken_by([link])
+            _results.finished(self._wake_key, (job_id,))
             return
         self._backend.complete(job_id, token, text, self._caller(conn))
+        _results.finished(self._wake_key, (job_id,))
 
     def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """Record many held jobs completed in one transaction: each a ``Job`` or a
         ``(job, result)`` pair. Fenced per job: True where it completed, False where its
         lease was lost (that job is left unchanged). Jobs of chains and groups are
-        completed one transaction each, with what follows them (docs/workflows.md)."""
+        completed with what follows them, in one more transaction (docs/workflows.md)."""
         items, links = self._ack_items(jobs)
-        if links is None:
-            return self._backend.complete_many(items) if items else []
-        plain = [i for i, link in enumerate(links) if link is None]
+        if not items:
+            return []
+        done = (self._backend.complete_many(items) if links is None
+                else self._ack_flows(items, links))
+        self._finished_items(items, done)
+        return done
+
+    def _ack_flows(
+        self, items: list[tuple[int, int, str | None]], links: list[FlowLink | None]
+    ) -> list[bool]:
+        """``ack_many`` of a batch that holds jobs of chains or groups: the plain jobs in
+        one transaction, the others in one more (``complete_steps``)."""
+        plain, steps = self._split_steps(items, links)
         done = [False] * len(items)
         if plain:
-            for i, ok in zip(plain, self._backend.complete_many([items[i] for i in plain]),
-                             strict=True):
+            oks = self._backend.complete_many([items[i] for i in plain])
+            for i, ok in zip(plain, oks, strict=True):
                 done[i] = ok
-        flows = [i for i, link in enumerate(links) if link is not None]
-        steps = [(*items[i], link) for i in flows if (link := links[i]) is not None]
-        for i, ok in zip(flows, self._backend.complete_steps(steps), strict=True):
+        oks = self._backend.complete_steps([step for _, step in steps])
+        for (i, _), ok in zip(steps, oks, strict=True):
             done[i] = ok
         self._woken_by(links)
         return done
@@ -297,7 +309,7 @@ class Queue(Shared):
         results: list[EnqueueResult] = self._backend.start_flow(
             flow, jobs, self._capped_in(jobs), self._caller(conn))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
-        return results
+        return self._bind(results)
 
     def _flow_state(self, flow_id: str) -> FlowState | None:
         """A chain or group as stored (``leaseq.flows``)."""
@@ -325,8 +337,10 @@ class Queue(Shared):
         client's); goes dead when attempts are used up. Returns the job's new state."""
         self._fresh_configs()
         job_id, token = self._held(job)
-        return self._backend.fail(job_id, token, self._error(error),
-                                  self._retry_delay(job, delay, backoff))
+        state = self._backend.fail(job_id, token, self._error(error),
+                                   self._retry_delay(job, delay, backoff))
+        self._finished_states((job_id,), (state,))
+        return state
 
     def nack_many(
         self, items: Iterable[Job | tuple[Job, object]], *, backoff: Backoff | None = None
@@ -338,6 +352,7 @@ class Queue(Shared):
         self._fresh_configs()
         failures = self._failures(items, backoff)
         states = self._backend.fail_many(failures) if failures else []
+        self._finished_states([job_id for job_id, _, _, _ in failures], states)
         return [state is not None for state in states]
 
     def release(
@@ -346,14 +361,17 @@ class Queue(Shared):
         """Give the job back without counting a failure (the attempt is returned too),
         optionally with a new ``priority``."""
         job_id, token = self._held(job)
-        return self._backend.release(job_id, token, self._retry_delay(job, delay, None),
-                                     self._priority(priority))
+        state = self._backend.release(job_id, token, self._retry_delay(job, delay, None),
+                                      self._priority(priority))
+        self._finished_states((job_id,), (state,))
+        return state
 
     def bury(self, job: Job, *, reason: str | None = None, priority: int | None = None) -> None:
         """Move the held job to the dead state, for a human to look at, optionally with a
         new ``priority`` (kept when it is kicked)."""
         job_id, token = self._held(job)
         self._backend.bury(job_id, token, v.error_text(reason), self._priority(priority))
+        _results.finished(self._wake_key, (job_id,))
 
     def kick(self, queue: str, *, limit: int = 100) -> int:
         """Make up to ``limit`` dead jobs of ``queue`` available again, oldest first, each
@@ -366,18 +384,56 @@ class Queue(Shared):
 
     def discard(self, job_id: int, *, reason: str | None = None) -> None:
         """Move a dead, scheduled or available job to history as discarded."""
-        self._backend.discard(self._job_id(job_id), v.error_text(reason))
+        job_id = self._job_id(job_id)
+        self._backend.discard(job_id, v.error_text(reason))
+        _results.finished(self._wake_key, (job_id,))
 
     def cancel(self, job_id: int) -> JobState:
         """Cancel a job that has not finished. Waiting or dead jobs go to history as
         cancelled; a running job is flagged and its holder learns at its next heartbeat.
         Returns the state after the call (``running`` while the flag waits)."""
-        return self._backend.cancel(self._job_id(job_id))
+        job_id = self._job_id(job_id)
+        state = self._backend.cancel(job_id)
+        self._finished_states((job_id,), (state,))
+        return state
 
     def get(self, job_id: int) -> JobInfo:
         """The job with its state, counters and times, live or in history. Raises
         ``JobNotFound``."""
         return self._backend.get(self._job_id(job_id))
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Any:
+        """Block until the job has finished and return its result: the JSON value stored
+        by ``ack`` (a task's return value; ``Task.decode_result`` rebuilds a typed one).
+
+        Woken by push where the backend has it (PostgreSQL NOTIFY, Redis pub/sub, a
+        SQLite commit, any finish in this process), else by polling every 5 ms at
+        first, backing off to 0.5 s. Every waiter of a process on one database shares
+        one listener connection (docs/results.md). ``close()`` from another thread ends
+        the wait with ``ClientClosed``.
+
+        Args:
+            job_id: The job's id (``EnqueueResult.id``).
+            timeout: Seconds to wait at most; None (the default) waits for ever.
+
+        Raises:
+            JobFailed: The job went dead, or was discarded or cancelled; ``.error``
+                holds its last error.
+            TimeoutError: ``timeout`` seconds passed before it finished.
+            JobNotFound: No job has this id (or its history was pruned).
+        """
+        return _results.wait(self.get, self._results_hub(self.backend), self._job_id(job_id),
+                             _results.check_timeout(timeout), self._waiting)
+
+    def result(self, job_id: int) -> Any:
+        """The stored result of a completed job, without waiting.
+
+        Raises:
+            ResultNotReady: The job has not finished (scheduled, available, running).
+            JobFailed: It went dead, or was discarded or cancelled.
+            JobNotFound: No job has this id (or its history was pruned).
+        """
+        return _results.outcome(self.get(job_id))
 
     def peek(self, queue: str, state: str = "available", limit: int = 10) -> list[JobInfo]:
         """Look without claiming: ``available``, the jobs a dequeue would take next, in
@@ -486,7 +542,10 @@ class Queue(Shared):
         """Return up to ``limit`` jobs whose lease expired to the queue (or to dead when
         their attempts are used up), and discard dead jobs older than their queue's
         ``dead_retention``. Returns how many jobs moved."""
-        return self._backend.reclaim(self._limit(limit))
+        moved = self._backend.reclaim(self._limit(limit))
+        if moved:
+            _results.finished(self._wake_key, None)  # some may have gone dead
+        return moved
 
     def prune(self, *, older_than: timedelta | float) -> int:
         """Delete history rows that finished more than ``older_than`` ago."""
@@ -519,6 +578,7 @@ class AsyncQueue(Shared):
         super().__init__(url, settings)
         self._backend: AsyncBackend = create_backend(url, settings, use_async=True)
         self._wakers: set[asyncio.Event] = set()
+        self._result_waiter = _results.AsyncQueueWaiter(self)
         self._group = (AsyncGroupCommit(self._write) if grouped(self._backend, settings)
                        else None)
 
@@ -598,7 +658,7 @@ class AsyncQueue(Shared):
         """See ``Queue._write``."""
         results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
-        return results
+        return self._bind(results)
 
     async def dequeue(
         self,
@@ -696,23 +756,33 @@ class AsyncQueue(Shared):
             if not (await self._backend.complete_steps([(job_id, token, text, link)]))[0]:
                 raise self._step_lost(job_id, token)
             self._woken_by([link])
+            _results.finished(self._wake_key, (job_id,))
             return
         await self._backend.complete(job_id, token, text, await self._caller(conn))
+        _results.finished(self._wake_key, (job_id,))
 
     async def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """See ``Queue.ack_many``."""
         items, links = self._ack_items(jobs)
-        if links is None:
-            return await self._backend.complete_many(items) if items else []
-        plain = [i for i, link in enumerate(links) if link is None]
+        if not items:
+            return []
+        done = (await self._backend.complete_many(items) if links is None
+                else await self._ack_flows(items, links))
+        self._finished_items(items, done)
+        return done
+
+    async def _ack_flows(
+        self, items: list[tuple[int, int, str | None]], links: list[FlowLink | None]
+    ) -> list[bool]:
+        """See ``Queue._ack_flows``."""
+        plain, steps = self._split_steps(items, links)
         done = [False] * len(items)
         if plain:
             oks = await self._backend.complete_many([items[i] for i in plain])
             for i, ok in zip(plain, oks, strict=True):
                 done[i] = ok
-        flows = [i for i, link in enumerate(links) if link is not None]
-        steps = [(*items[i], link) for i in flows if (link := links[i]) is not None]
-        for i, ok in zip(flows, await self._backend.complete_steps(steps), strict=True):
+        oks = await self._backend.complete_steps([step for _, step in steps])
+        for (i, _), ok in zip(steps, oks, strict=True):
             done[i] = ok
         self._woken_by(links)
         return done
@@ -724,7 +794,7 @@ class AsyncQueue(Shared):
         results: list[EnqueueResult] = await self._backend.start_flow(
             flow, jobs, self._capped_in(jobs), await self._caller(conn))
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
-        return results
+        return self._bind(results)
 
     async def _flow_state(self, flow_id: str) -> FlowState | None:
         """See ``Queue._flow_state``."""
@@ -748,8 +818,10 @@ class AsyncQueue(Shared):
         """See ``Queue.nack``."""
         await self._fresh_configs()
         job_id, token = self._held(job)
-        return await self._backend.fail(job_id, token, self._error(error),
-                                        self._retry_delay(job, delay, backoff))
+        state = await self._backend.fail(job_id, token, self._error(error),
+                                         self._retry_delay(job, delay, backoff))
+        self._finished_states((job_id,), (state,))
+        return state
 
     async def nack_many(
         self, items: Iterable[Job | tuple[Job, object]], *, backoff: Backoff | None = None
@@ -758,6 +830,7 @@ class AsyncQueue(Shared):
         await self._fresh_configs()
         failures = self._failures(items, backoff)
         states = await self._backend.fail_many(failures) if failures else []
+        self._finished_states([job_id for job_id, _, _, _ in failures], states)
         return [state is not None for state in states]
 
     async def release(
@@ -765,8 +838,10 @@ class AsyncQueue(Shared):
     ) -> JobState:
         """See ``Queue.release``."""
         job_id, token = self._held(job)
-        return await self._backend.release(job_id, token, self._retry_delay(job, delay, None),
-                                           self._priority(priority))
+        state = await self._backend.release(job_id, token, self._retry_delay(job, delay, None),
+                                            self._priority(priority))
+        self._finished_states((job_id,), (state,))
+        return state
 
     async def bury(
         self, job: Job, *, reason: str | None = None, priority: int | None = None
@@ -774,6 +849,7 @@ class AsyncQueue(Shared):
         """See ``Queue.bury``."""
         job_id, token = self._held(job)
         await self._backend.bury(job_id, token, v.error_text(reason), self._priority(priority))
+        _results.finished(self._wake_key, (job_id,))
 
     async def kick(self, queue: str, *, limit: int = 100) -> int:
         """See ``Queue.kick``."""
@@ -785,15 +861,30 @@ class AsyncQueue(Shared):
 
     async def discard(self, job_id: int, *, reason: str | None = None) -> None:
         """See ``Queue.discard``."""
-        await self._backend.discard(self._job_id(job_id), v.error_text(reason))
+        job_id = self._job_id(job_id)
+        await self._backend.discard(job_id, v.error_text(reason))
+        _results.finished(self._wake_key, (job_id,))
 
     async def cancel(self, job_id: int) -> JobState:
         """See ``Queue.cancel``."""
-        return await self._backend.cancel(self._job_id(job_id))
+        job_id = self._job_id(job_id)
+        state = await self._backend.cancel(job_id)
+        self._finished_states((job_id,), (state,))
+        return state
 
     async def get(self, job_id: int) -> JobInfo:
         """See ``Queue.get``."""
         return await self._backend.get(self._job_id(job_id))
+
+    async def wait(self, job_id: int, timeout: float | None = None) -> Any:
+        """See ``Queue.wait``. Cancel-safe: a cancelled wait leaves nothing behind."""
+        hub = self._results_hub(self.backend)
+        return await _results.wait_async(self.get, hub, self._job_id(job_id),
+                                         _results.check_timeout(timeout), self._wakers)
+
+    async def result(self, job_id: int) -> Any:
+        """See ``Queue.result``."""
+        return _results.outcome(await self.get(job_id))
 
     async def peek(self, queue: str, state: str = "available", limit: int = 10) -> list[JobInfo]:
         """See ``Queue.peek``."""
@@ -880,7 +971,10 @@ class AsyncQueue(Shared):
 
     async def reclaim(self, *, limit: int = 1000) -> int:
         """See ``Queue.reclaim``."""
-        return await self._backend.reclaim(self._limit(limit))
+        moved = await self._backend.reclaim(self._limit(limit))
+        if moved:
+            _results.finished(self._wake_key, None)
+        return moved
 
     async def prune(self, *, older_than: timedelta | float) -> int:
         """See ``Queue.prune``."""

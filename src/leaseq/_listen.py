@@ -9,6 +9,11 @@ Redis: every script that makes jobs due now PUBLISHes the queue's name on ``<pre
 SQLite: ``PRAGMA data_version`` on a connection of the watcher's own changes whenever
 another connection commits; it is read every few milliseconds.
 
+Waiters on results (``Queue.wait``, ``leaseq._results``) listen for finished jobs the same
+ways: PostgreSQL ``<prefix>done`` and Redis ``<prefix>:done`` carry the ids of the jobs a
+statement or script finished (one message per batch of acks), and on SQLite any commit
+may have finished one.
+
 Every listener is a hint, not a correctness mechanism: while it is down the worker's
 polling covers the gap, and it reconnects with backoff, waking the worker once on each
 reconnect to catch up on anything sent meanwhile.
@@ -24,6 +29,10 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 log = logging.getLogger("leaseq.worker")
+
+Finished = Callable[[Sequence[int] | None], None]
+"""Told the ids of jobs that finished, or None when any job may have (a message that could
+not list them, a reconnect after which anything missed must be looked up)."""
 
 REDIS_CLIENT_NAME = "leaseq-listen"
 """CLIENT SETNAME of the Redis listener's connection, unless the URL names it
@@ -43,27 +52,64 @@ async def listen(
 ) -> None:
     """LISTEN on ``<prefix>jobs`` and call ``wake()`` for each notification naming one of
     ``queues``, and once after each (re)connect. Runs until ``stopping()`` or cancelled."""
+    wanted = set(queues)
+
+    def heard(payload: str) -> None:
+        if payload in wanted:
+            wake()
+
+    await _listen_pg(url, f"{prefix}jobs", heard, wake, stopping)
+
+
+async def listen_done(url: str, prefix: str, finished: Finished) -> None:
+    """LISTEN on ``<prefix>done``, where transactions that finish jobs (completed, dead,
+    discarded, cancelled) send the finished ids, comma-separated, once per statement
+    (``''``, too many to list: any job may have finished). Calls ``finished(ids)`` per
+    notification and ``finished(None)`` after each (re)connect. Runs until cancelled."""
+    await _listen_pg(url, f"{prefix}done", lambda payload: finished(job_ids(payload)),
+                     lambda: finished(None), lambda: False)
+
+
+async def _listen_pg(
+    url: str,
+    channel: str,
+    heard: Callable[[str], None],
+    connected: Callable[[], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """LISTEN on ``channel``: ``heard(payload)`` per notification, ``connected()`` after
+    each (re)connect (anything sent while we were away is lost, so the caller catches
+    up). Reconnects with backoff until ``stopping()`` or cancelled."""
     import psycopg
     from psycopg import sql
 
-    wanted = set(queues)
     pause = 0.5
     while not stopping():
         try:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
             async with conn:
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"{prefix}jobs")))
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 pause = 0.5
-                wake()
+                connected()
                 async for note in conn.notifies():
-                    if note.payload in wanted:
-                        wake()
+                    heard(note.payload)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.warning("LISTEN connection lost (%s); polling until it is back", exc)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
+
+
+def job_ids(payload: str) -> list[int] | None:
+    """The job ids of a completion message (``"12,13"``); None for ``""`` (any job may
+    have finished) or anything unreadable, which is treated the same way."""
+    if not payload:
+        return None
+    try:
+        return [int(part) for part in payload.split(",")]
+    except ValueError:
+        return None
 
 
 async def listen_redis(
@@ -86,18 +132,47 @@ async def listen_redis(
     backoff (0.5 s doubling up to 30 s); a user whose ACL refuses the channel gets one
     WARNING, and a new try every 30 s.
     """
+    from leaseq.backends.redis.keys import Keys
+
+    channel = Keys(prefix).wake  # a bad prefix raises here, once, not on every reconnect
+    wanted = set(queues)
+
+    def heard(data: str) -> None:
+        if data in wanted:
+            wake()
+
+    await _listen_redis(url, channel, heard, wake, stopping)
+
+
+async def listen_done_redis(url: str, prefix: str, finished: Finished) -> None:
+    """SUBSCRIBE to ``P:done``, where scripts that finish jobs (completed, dead,
+    discarded, cancelled) publish the finished ids, comma-separated, once per call; as
+    ``listen_done``, with ``listen_redis``'s reconnects (a cluster's PUBLISH reaches
+    every node). Runs until cancelled."""
+    from leaseq.backends.redis.keys import Keys
+
+    await _listen_redis(url, Keys(prefix).done, lambda data: finished(job_ids(data)),
+                        lambda: finished(None), lambda: False)
+
+
+async def _listen_redis(
+    url: str,
+    channel: str,
+    heard: Callable[[str], None],
+    connected: Callable[[], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """SUBSCRIBE to ``channel``: ``heard(data)`` per message, ``connected()`` after each
+    (re)subscribe; see ``listen_redis`` for reconnects, ACLs and clusters."""
     import redis.asyncio
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
     from leaseq.backends.redis.driver import cluster_urls
-    from leaseq.backends.redis.keys import Keys
 
     nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
     failures = 0
-    channel = Keys(prefix).wake  # a bad prefix raises here, once, not on every reconnect
-    wanted = set(queues)
     pause = 0.5
     refused = False  # the ACL refused the channel, and we said so
     while not stopping():
@@ -119,8 +194,8 @@ async def listen_redis(
                 async with client.pubsub() as pubsub:
                     await _subscribe(pubsub, channel)
                     pause, refused = 0.5, False
-                    wake()
-                    await _relay(pubsub, wanted, wake, stopping)
+                    connected()
+                    await _relay(pubsub, heard, stopping)
             finally:
                 await client.aclose()
         except asyncio.CancelledError:
@@ -154,9 +229,9 @@ async def _subscribe(pubsub: Any, channel: str) -> None:
 
 
 async def _relay(
-    pubsub: Any, wanted: set[str], wake: Callable[[], None], stopping: Callable[[], bool]
+    pubsub: Any, relay: Callable[[str], None], stopping: Callable[[], bool]
 ) -> None:
-    """Calls ``wake()`` for each message naming a wanted queue until ``stopping()``.
+    """Calls ``relay(data)`` for each message until ``stopping()``.
 
     A server that vanishes without closing the connection (a failover, a cut network)
     would leave us waiting for ever while the worker polls; so after ``REDIS_QUIET``
@@ -172,8 +247,8 @@ async def _relay(
             data = message["data"]
             if isinstance(data, bytes):  # decode_responses=False in the URL
                 data = data.decode("utf-8", "replace")
-            if message["type"] == "message" and data in wanted:
-                wake()
+            if message["type"] == "message":
+                relay(data)
         elif pinged is not None:
             if now - pinged > REDIS_PING_TIMEOUT:
                 raise TimeoutError(f"no reply to PING in {REDIS_PING_TIMEOUT:g} s")
@@ -225,6 +300,12 @@ async def listen_sqlite(
         conn.close()
 
 
+async def listen_done_sqlite(url: str, prefix: str, finished: Finished) -> None:
+    """``listen_sqlite`` for waiters on results: every commit to the file may have
+    finished a job, so each calls ``finished(None)``. Runs until cancelled."""
+    await listen_sqlite(url, prefix, (), lambda: finished(None), lambda: False)
+
+
 Listener = Callable[
     [str, str, Sequence[str], Callable[[], None], Callable[[], bool]], Coroutine[Any, Any, None]
 ]
@@ -239,15 +320,28 @@ def listener_for(backend: str) -> Listener | None:
     return found.get(backend)
 
 
+DoneListener = Callable[[str, str, Finished], Coroutine[Any, Any, None]]
+
+
+def done_listener_for(backend: str) -> DoneListener | None:
+    """The push wake-up for finished jobs of ``backend``, or None where there is none
+    (MySQL/MariaDB poll; memory and every in-process finish wake waiters directly,
+    ``leaseq._results``)."""
+    found: dict[str, DoneListener] = {
+        "postgres": listen_done, "redis": listen_done_redis, "sqlite": listen_done_sqlite,
+    }
+    return found.get(backend)
+
+
 class InThread:
     """A listener on an event loop of its own, in a daemon thread: push wake-ups for the
     synchronous client's blocking ``dequeue``. ``stop()`` cancels it and waits for its
     connection to close."""
 
-    def __init__(self, run: Coroutine[Any, Any, None]) -> None:
+    def __init__(self, run: Coroutine[Any, Any, None], name: str = "leaseq-listen") -> None:
         self._loop = asyncio.new_event_loop()
         self._task = self._loop.create_task(run)
-        self._thread = threading.Thread(target=self._run, name="leaseq-listen", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

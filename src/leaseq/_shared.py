@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseq import _wakeup
+from leaseq import _results, _wakeup
 from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
@@ -25,14 +25,16 @@ from leaseq._core.job import (
     LIVE_STATES,
     QUEUE_SETTINGS,
     TERMINAL_STATES,
+    EnqueueResult,
     Job,
     JobState,
     QueueConfig,
     QueueStats,
+    ResultWaiter,
     ServerStats,
 )
 from leaseq._core.settings import Settings
-from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome, StepItem
 from leaseq.errors import (
     ClientClosed,
     InvalidArgument,
@@ -114,6 +116,8 @@ def _check_setting(name: str, value: object) -> int | float:
 
 class Shared:
     """Validation, encoding and defaults shared by both clients."""
+
+    _result_waiter: ResultWaiter  # set by each client: what its EnqueueResults wait with
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -248,6 +252,10 @@ class Shared:
             jobs.append(self._new_job(**item))
         return jobs
 
+    def _bind(self, results: list[EnqueueResult]) -> list[EnqueueResult]:
+        """``results``, which the backend has just made, with this client's waiter."""
+        return _results.bind(results, self._result_waiter)
+
     def _capped_in(self, jobs: Sequence[NewJob]) -> frozenset[str]:
         """The queues of ``jobs`` whose ``max_jobs`` this client knows to be set."""
         if not self._capped:
@@ -358,6 +366,16 @@ class Shared:
                 links.append(None)
         return items, links
 
+    @staticmethod
+    def _split_steps(
+        items: Sequence[tuple[int, int, str | None]], links: Sequence[FlowLink | None]
+    ) -> tuple[list[int], list[tuple[int, StepItem]]]:
+        """The positions of a batch's plain jobs, and ``(position, StepItem)`` of its jobs
+        of chains and groups."""
+        plain = [i for i, link in enumerate(links) if link is None]
+        steps = [(i, (*items[i], link)) for i, link in enumerate(links) if link is not None]
+        return plain, steps
+
     def _woken_by(self, links: Sequence[FlowLink | None]) -> None:
         """The in-process wake-up for the queues a flow's acks may have enqueued to: this
         process's workers claim the next step at once instead of at their next poll."""
@@ -397,6 +415,32 @@ class Shared:
             else:
                 out.append(status[0])
         return out
+
+    # -- results ----------------------------------------------------------------------------
+
+    def _results_hub(self, backend: str) -> _results.Hub:
+        """The waiters of this process on this client's database (of kind ``backend``)."""
+        return _results.hub(self.url, self.settings.table_prefix, backend)
+
+    def _finished_items(
+        self, items: Sequence[tuple[int, int, str | None]], done: Sequence[bool]
+    ) -> None:
+        """Wakes waiters of this process on the jobs ``ack_many`` completed; costs a dict
+        lookup when nobody waits (the worker acks through here)."""
+        if _results.waiting(self._wake_key):
+            ids = [item[0] for item, ok in zip(items, done, strict=True) if ok]
+            _results.finished(self._wake_key, ids)
+
+    def _finished_states(
+        self, ids: Sequence[int], states: Sequence[JobState | None]
+    ) -> None:
+        """Wakes waiters on the jobs that a nack, release or cancel left dead or
+        cancelled."""
+        if _results.waiting(self._wake_key):
+            ended = [job_id for job_id, state in zip(ids, states, strict=True)
+                     if state in ("dead", "cancelled", "discarded")]
+            if ended:
+                _results.finished(self._wake_key, ended)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@
     ├── JobCancelled                           the job was cancelled while the caller held it
     ├── TouchLimitExceeded                     a heartbeat beyond the queue's touch limits
     ├── QueueFull                              the queue holds ``max_jobs`` live jobs already
+    ├── JobFailed                              the awaited job went dead, discarded or cancelled
+    ├── ResultNotReady                         ``result()`` of a job that has not finished yet
     └── BackendError                           the database misbehaved
         ├── BackendUnavailable                 cannot connect, or the connection dropped
         │   └── AuthenticationFailed           wrong user or password
@@ -84,6 +86,49 @@ class TouchLimitExceeded(LeaseqError):
 
 class QueueFull(LeaseqError):
     """The queue already holds its ``max_jobs`` live jobs; nothing was written."""
+
+
+class JobFailed(LeaseqError):
+    """The job a caller waits on (``Queue.wait``, ``EnqueueResult.wait``) or reads the
+    result of (``Queue.result``) will not complete: it went dead, or was discarded or
+    cancelled. A dead job may still be kicked or retried, and a new wait then waits again.
+
+    Attributes:
+        job_id: The job's id.
+        state: ``"dead"``, ``"discarded"`` or ``"cancelled"``.
+        error: The job's last error: the failure, or the bury, discard or cancel reason
+            (None when none was given).
+    """
+
+    def __init__(self, job_id: int, state: str, error: str | None = None) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+        why = f": {error}" if error else " (no error recorded)"
+        super().__init__(f"job {job_id} is {state}{why}")
+
+    def __reduce__(self) -> tuple[type[JobFailed], tuple[int, str, str | None]]:
+        # Pickled by its fields, so it crosses process boundaries (multiprocessing, a
+        # pool's futures) intact; the default would call __init__ with the message alone.
+        return type(self), (self.job_id, self.state, self.error)
+
+
+class ResultNotReady(LeaseqError):
+    """``Queue.result`` of a job that has not finished: it is still scheduled, available
+    or running. ``Queue.wait`` waits for it instead.
+
+    Attributes:
+        job_id: The job's id.
+        state: Its state now: ``"scheduled"``, ``"available"`` or ``"running"``.
+    """
+
+    def __init__(self, job_id: int, state: str) -> None:
+        self.job_id = job_id
+        self.state = state
+        super().__init__(f"job {job_id} has no result yet: it is {state}")
+
+    def __reduce__(self) -> tuple[type[ResultNotReady], tuple[int, str]]:
+        return type(self), (self.job_id, self.state)
 
 
 class BackendError(LeaseqError):

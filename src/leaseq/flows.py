@@ -18,7 +18,6 @@ and runs again after its lease expires; once it commits, the follow-up exists to
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Sequence
@@ -27,16 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq._core import flow as _flow
 from leaseq._core.flow import FlowKind, FlowLink, FlowState
-from leaseq._core.job import JobInfo
 from leaseq.backends.base import FlowStep, NewFlow, NewJob
-from leaseq.errors import ConfigurationError, InvalidArgument, JobNotFound, JobStateError
+from leaseq.errors import ConfigurationError, InvalidArgument, JobNotFound
 
 if TYPE_CHECKING:
     from leaseq._client import AsyncQueue, Queue
     from leaseq.tasks import App, BoundTask
 
 _HOLE = object()  # stands for the result a receiving step's first parameter will get
-_POLL_FIRST, _POLL_CAP = 0.01, 0.25
 
 
 @dataclass(frozen=True)
@@ -169,7 +166,8 @@ class Chain:
         q._fresh_configs()  # a queue's stored max_attempts is each job's default
         flow, first = self._plan(q)
         [result] = q._start_flow(flow, [first], conn)
-        return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), q)
+        return FlowResult(flow.flow_id, "chain", flow.size, (result.id,),
+                          self.steps[0].bound.task.app)
 
     async def enqueue_async(self, *, conn: Any = None) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
@@ -177,7 +175,7 @@ class Chain:
         await app.async_queue._fresh_configs()
         flow, first = self._plan(app.async_queue)
         [result] = await app.async_queue._start_flow(flow, [first], conn)
-        return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), app.queue)
+        return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), app)
 
 
 @dataclass(frozen=True)
@@ -216,8 +214,8 @@ class Group:
         q._fresh_configs()
         flow, jobs = self._plan(q)
         results = q._start_flow(flow, jobs, conn)
-        return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results), q,
-                          then=self.callback is not None)
+        return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results),
+                          self.members[0].bound.task.app, then=self.callback is not None)
 
     async def enqueue_async(self, *, conn: Any = None) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
@@ -226,7 +224,7 @@ class Group:
         flow, jobs = self._plan(app.async_queue)
         results = await app.async_queue._start_flow(flow, jobs, conn)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results),
-                          app.queue, then=self.callback is not None)
+                          app, then=self.callback is not None)
 
 
 class FlowResult:
@@ -241,9 +239,9 @@ class FlowResult:
     """
 
     def __init__(self, flow_id: str, kind: FlowKind, size: int, job_ids: tuple[int, ...],
-                 queue: Queue, *, then: bool = False) -> None:
+                 app: App, *, then: bool = False) -> None:
         self.flow_id, self.kind, self.size, self.job_ids = flow_id, kind, size, job_ids
-        self._queue = queue
+        self._app = app
         self._then = then
 
     def __repr__(self) -> str:
@@ -252,42 +250,57 @@ class FlowResult:
     def state(self) -> FlowState:
         """The flow as stored now: how many steps or members remain, the chain's current
         step, the group callback's job id."""
-        found = self._queue._flow_state(self.flow_id)
-        if found is None:
-            raise JobNotFound(f"no flow with id {self.flow_id}")
-        return found
+        return self._found(self._app.queue._flow_state(self.flow_id))
+
+    async def state_async(self) -> FlowState:
+        """``state`` for asyncio code."""
+        return self._found(await self._app.async_queue._flow_state(self.flow_id))
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until the flow finished and return its outcome: the last step's result
         (chain), the callback's result (group with ``then``), or the list of member results
-        in member order (group).
+        in member order (group). Waits as ``Queue.wait`` does, job after job.
 
         Raises:
             JobFailed: A step, member or callback went dead, was cancelled or discarded:
-                the flow stops there.
-            TimeoutError: ``timeout`` seconds passed first.
+                the flow stops there (a kicked or retried step carries it on).
+            TimeoutError: ``timeout`` seconds passed first; the flow carries on.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        q = self._app.queue
+        clock = _Deadline(timeout)
         if self.kind == "group":
-            results = [self._job_result(job_id, deadline) for job_id in self.job_ids]
+            results = [q.wait(job_id, clock.left()) for job_id in self.job_ids]
             if not self._then:
                 return results
-            # The last member's completion enqueued the callback in its transaction.
-            return self._job_result(self._current()[0], deadline)
         while True:
-            job_id, last = self._current()
-            result = self._job_result(job_id, deadline)
+            # The completion of the job waited for enqueued the next one in its own
+            # transaction, so the flow names it by now.
+            job_id, last = self._next(self.state())
+            result = q.wait(job_id, clock.left())
             if last:
                 return result
-            # The step completed, so the flow names the next job now (same transaction).
 
     async def wait_async(self, timeout: float | None = None) -> Any:
-        """``wait`` for asyncio code (runs the wait in a thread)."""
-        return await asyncio.to_thread(self.wait, timeout)
+        """``wait`` for asyncio code (``AsyncQueue.wait``)."""
+        aq = self._app.async_queue
+        clock = _Deadline(timeout)
+        if self.kind == "group":
+            results = [await aq.wait(job_id, clock.left()) for job_id in self.job_ids]
+            if not self._then:
+                return results
+        while True:
+            job_id, last = self._next(await self.state_async())
+            result = await aq.wait(job_id, clock.left())
+            if last:
+                return result
 
-    def _current(self) -> tuple[int, bool]:
+    def _found(self, state: FlowState | None) -> FlowState:
+        if state is None:
+            raise JobNotFound(f"no flow with id {self.flow_id}")
+        return state
+
+    def _next(self, state: FlowState) -> tuple[int, bool]:
         """The job to wait for next, and whether it is the flow's last."""
-        state = self.state()
         if self.kind == "chain":
             job_id = state.job_id if state.job_id is not None else self.job_ids[0]
             return job_id, state.step == self.size - 1
@@ -296,21 +309,12 @@ class FlowResult:
                               "callback is recorded")
         return state.job_id, True
 
-    def _job_result(self, job_id: int, deadline: float | None) -> Any:
-        """The result of job ``job_id`` once it completed."""
-        pause = _POLL_FIRST
-        while True:
-            info = self._queue.get(job_id)
-            if info.state == "completed":
-                return info.result
-            _raise_if_failed(info)
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"flow {self.flow_id}: job {job_id} is {info.state}")
-            time.sleep(pause if left is None else min(pause, left))
-            pause = min(pause * 2, _POLL_CAP)
 
+class _Deadline:
+    """What is left of one overall timeout across the several waits of a flow."""
 
-def _raise_if_failed(info: JobInfo) -> None:
-    if info.state in ("dead", "cancelled", "discarded"):
-        raise JobStateError(f"job {info.id} is {info.state}: {info.error}")
+    def __init__(self, timeout: float | None) -> None:
+        self.end = None if timeout is None else time.monotonic() + timeout
+
+    def left(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - time.monotonic())

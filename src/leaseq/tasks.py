@@ -32,11 +32,11 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-from leaseq import _typed
+from leaseq import _results, _typed
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
-from leaseq._core.job import EnqueueResult
+from leaseq._core.job import EnqueueResult, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
@@ -143,6 +143,13 @@ class Task(Generic[P, R]):
         conversion = self.conversion
         return value if conversion is None else conversion.load_result(value)
 
+    def bind(self, results: list[EnqueueResult]) -> list[EnqueueResult]:
+        """``results`` of this task's jobs, fresh from a client, set to wait through the
+        task: ``wait``/``wait_async`` then return ``decode_result`` of the stored value."""
+        if not results:
+            return results
+        return _results.bind(results, TaskWaiter(self, results[0].waiter))
+
     def options(
         self,
         *,
@@ -203,6 +210,43 @@ class Task(Generic[P, R]):
         return named
 
 
+class TaskWaiter:
+    """The ``EnqueueResult.waiter`` of a task's jobs: the result decoded by
+    ``Task.decode_result``. A blocking ``wait`` goes through the app's ``Queue`` and
+    ``wait_async`` through the client that enqueued, so both work whether the job was
+    enqueued with ``enqueue`` or ``enqueue_async``."""
+
+    def __init__(self, task: Task[Any, Any], inner: ResultWaiter | None) -> None:
+        self.task = task
+        self.inner = inner
+
+    def wait(self, job_id: int, timeout: float | None) -> Any:
+        return self.task.decode_result(self.task.app.queue.wait(job_id, timeout))
+
+    async def wait_async(self, job_id: int, timeout: float | None) -> Any:
+        inner = self.inner or _results.QueueWaiter(self.task.app.queue)
+        return self.task.decode_result(await inner.wait_async(job_id, timeout))
+
+
+class EagerWaiter:
+    """The ``EnqueueResult.waiter`` in inline mode (``leaseq.testing.inline``): the task
+    already ran, so waiting returns its result at once, stored and read back as a worker
+    would (encoded to JSON, then decoded to the annotated type)."""
+
+    def __init__(self, task: Task[Any, Any], value: Any) -> None:
+        self.task = task
+        self.value = value
+
+    def wait(self, job_id: int, timeout: float | None) -> Any:
+        conversion = self.task.conversion
+        stored = self.value if conversion is None else conversion.dump_result(self.value)
+        text = v.encode(stored, self.task.app.settings.max_payload_bytes, "result")
+        return self.task.decode_result(v.decode(text))
+
+    async def wait_async(self, job_id: int, timeout: float | None) -> Any:
+        return self.wait(job_id, timeout)
+
+
 class BoundTask(Generic[P, R]):
     """A task with per-call options; made by ``Task.options``."""
 
@@ -231,7 +275,7 @@ class BoundTask(Generic[P, R]):
         app = self.task.app
         if app.eager:
             return app.run_eagerly(self.task, item["payload"])
-        return app.queue.enqueue(**item, conn=self.conn)
+        return self.task.bind([app.queue.enqueue(**item, conn=self.conn)])[0]
 
     def enqueue_many(self, calls: Iterable[Mapping[str, Any]]) -> list[EnqueueResult]:
         """Queue many calls with these options in one round trip."""
@@ -243,7 +287,7 @@ class BoundTask(Generic[P, R]):
         app = self.task.app
         if app.eager:
             return [app.run_eagerly(self.task, item["payload"]) for item in items]
-        return app.queue.enqueue_many(items, conn=self.conn)
+        return self.task.bind(app.queue.enqueue_many(items, conn=self.conn))
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """``Task.s`` with these options (``conn`` is not used: a flow is enqueued in a
@@ -259,7 +303,7 @@ class BoundTask(Generic[P, R]):
         app = self.task.app
         if app.eager:
             return await app.run_eagerly_async(self.task, item["payload"])
-        return await app.async_queue.enqueue(**item, conn=self.conn)
+        return self.task.bind([await app.async_queue.enqueue(**item, conn=self.conn)])[0]
 
 
 class App:
@@ -484,8 +528,8 @@ class App:
         arguments = self._through_json(task, payload)
         result = task.fn(**arguments)
         if inspect.isawaitable(result):
-            asyncio.run(_await(result))
-        return EnqueueResult(next(self._eager_ids), True)
+            result = asyncio.run(_await(result))
+        return EnqueueResult(next(self._eager_ids), True, waiter=EagerWaiter(task, result))
 
     async def run_eagerly_async(
         self, task: Task[Any, Any], payload: dict[str, Any]
@@ -494,8 +538,8 @@ class App:
         arguments = self._through_json(task, payload)
         result = task.fn(**arguments)
         if inspect.isawaitable(result):
-            await result
-        return EnqueueResult(next(self._eager_ids), True)
+            result = await result
+        return EnqueueResult(next(self._eager_ids), True, waiter=EagerWaiter(task, result))
 
 
     def _through_json(self, task: Task[Any, Any], payload: dict[str, Any]) -> dict[str, Any]:

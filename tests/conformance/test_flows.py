@@ -168,8 +168,11 @@ def test_a_dead_step_stops_the_chain(app, q):
     q.nack(take(q, QUEUE, expect=flow.job_ids[0]), "boom")
     assert q.get(flow.job_ids[0]).state == "dead"
     assert len(jobs_of(q, "add")) == 1 and flow.state().remaining == 2
-    with pytest.raises(leaseq.LeaseqError):
+    with pytest.raises(leaseq.JobFailed) as failed:
         flow.wait(timeout=5)
+    assert (failed.value.job_id, failed.value.state) == (flow.job_ids[0], "dead")
+    with pytest.raises(TimeoutError):
+        leaseq.chain(add.s(1)).enqueue().wait(timeout=0.05)  # nothing runs it
 
 
 def test_signatures_are_checked_when_made(app):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
+
+from leaseq.errors import InvalidArgument
 
 JobState = Literal[
     "scheduled", "available", "running", "dead", "completed", "cancelled", "discarded"
@@ -16,6 +18,17 @@ LIVE_STATES: tuple[JobState, ...] = ("scheduled", "available", "running", "dead"
 TERMINAL_STATES: tuple[JobState, ...] = ("completed", "cancelled", "discarded")
 
 
+class ResultWaiter(Protocol):
+    """How an ``EnqueueResult`` waits for its job: the client (or task) that enqueued
+    it sets one (``leaseq._results``); see ``Queue.wait`` for what both methods do."""
+
+    def wait(self, job_id: int, timeout: float | None) -> Any:
+        """Block until the job finished; its result, or ``JobFailed``/``TimeoutError``."""
+
+    async def wait_async(self, job_id: int, timeout: float | None) -> Any:
+        """``wait`` for asyncio code."""
+
+
 @dataclass(frozen=True)
 class EnqueueResult:
     """What ``enqueue`` returns.
@@ -24,10 +37,46 @@ class EnqueueResult:
         id: The job's id.
         created: False when a live job with the same ``(queue, unique_key)`` already
             existed; ``id`` is then that job's id and nothing was written.
+        waiter: Set by the client that enqueued (and by a task, which decodes the
+            result): what ``wait`` and ``wait_async`` ask. Not compared, hashed,
+            printed or pickled: two results for the same job are equal whoever made them.
     """
 
     id: int
     created: bool = True
+    waiter: ResultWaiter | None = field(default=None, compare=False, repr=False, kw_only=True)
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until the job has finished and return its result (plain JSON, or for a
+        task the type its return annotation names): ``Queue.wait(self.id, timeout)``.
+        Works on results of the synchronous ``Queue`` and of any task's ``enqueue`` or
+        ``enqueue_async``; for a plain ``AsyncQueue`` use ``wait_async``.
+
+        Raises:
+            JobFailed: The job went dead, or was discarded or cancelled.
+            TimeoutError: ``timeout`` seconds passed first (None: wait for ever).
+            InvalidArgument: This result was not made by a client (nothing to ask), or
+                came from an ``AsyncQueue`` outside a task.
+        """
+        return self._waiter().wait(self.id, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        """``wait`` for asyncio code; works on results of ``Queue``, ``AsyncQueue`` and
+        tasks alike (a sync ``Queue``'s reads then run in a thread)."""
+        return await self._waiter().wait_async(self.id, timeout)
+
+    def _waiter(self) -> ResultWaiter:
+        if self.waiter is None:
+            raise InvalidArgument(
+                f"EnqueueResult(id={self.id}) was not returned by a leaseq client, so it "
+                "cannot wait; use queue.wait(result.id) instead"
+            )
+        return self.waiter
+
+    def __reduce__(self) -> tuple[type[EnqueueResult], tuple[int, bool]]:
+        # The waiter holds a client (connections, threads): a pickled result keeps only
+        # what identifies the job.
+        return type(self), (self.id, self.created)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,9 @@
 -- PostgreSQL queries. Writes run under READ COMMITTED; holder writes lock the row by
 -- (id, lease_token, state) first, so a stale holder matches nothing.
+--
+-- Statements that finish jobs (completed, dead, discarded, cancelled) notify
+-- '{prefix}done' with the finished ids, comma-separated: waiters on results LISTEN there
+-- (leaseq._results). Delivered at commit, dropped on rollback; a batch of acks sends one.
 
 -- name: insert_job
 -- pg_notify wakes LISTENing workers at commit (identical notifications in one transaction
@@ -127,7 +131,7 @@ SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
        lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
 FROM done
-RETURNING id;
+RETURNING id, pg_notify('{prefix}done', id::text);
 
 -- name: archive
 -- The history row keeps the counters; its updated_at is the finish.
@@ -141,7 +145,8 @@ SELECT id, queue, kind, :state::text, payload, :result::text,
             ELSE COALESCE(:error::text, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
        lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
-FROM {prefix}jobs WHERE id = :id;
+FROM {prefix}jobs WHERE id = :id
+RETURNING pg_notify('{prefix}done', id::text);
 
 -- name: delete_job
 DELETE FROM {prefix}jobs WHERE id = :id;
@@ -153,7 +158,8 @@ UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error::text, last_error),
     priority = COALESCE(:priority::integer, priority), buries = buries + 1,
     failed_at = CASE WHEN :failed::boolean THEN now() ELSE failed_at END, updated_at = now()
-WHERE id = :id;
+WHERE id = :id
+RETURNING pg_notify('{prefix}done', id::text);
 
 -- name: reschedule
 -- :give_back is 1 for a release (the attempt comes back; counted as a release) and 0 for
@@ -263,7 +269,8 @@ WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now();
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
     buries = buries + 1, failed_at = now(), updated_at = now()
-WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now();
+WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now()
+RETURNING pg_notify('{prefix}done', id::text);
 
 -- name: expired_dead
 -- reclaim: dead jobs that went dead (or were made) longer than their queue's
@@ -294,7 +301,8 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
        lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
-FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead';
+FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead'
+RETURNING pg_notify('{prefix}done', id::text);
 
 -- name: delete_dead
 DELETE FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead';
@@ -399,7 +407,12 @@ SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attemp
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
        lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
 FROM done
-RETURNING id;
+-- One notification for the batch (an InitPlan, run once), with the completed ids, or ''
+-- (anything may have finished) past NOTIFY's 8,000-byte payload limit.
+RETURNING id, (SELECT pg_notify('{prefix}done',
+                                CASE WHEN sum(length(d.id::text) + 1) < 8000
+                                     THEN string_agg(d.id::text, ',') ELSE '' END)
+               FROM done AS d);
 
 -- name: renew_many
 -- renew and renew_many in one statement. limits: the settings rows that limit touches or

@@ -4,8 +4,8 @@ Key names are made only of the validated table prefix (``[a-z0-9_]``) and valida
 names (``[A-Za-z0-9_.-]``), both checked again here; everything a caller gives besides
 (unique keys, kinds, payloads, errors, worker ids) is stored as hash fields and values.
 So no caller input can become a hash tag, a glob pattern or another tenant's key. The
-layout itself is documented at the top of ``scripts/_common.lua``, with the one pub/sub
-channel (``P:wake``) whose name is built here too.
+layout itself is documented at the top of ``scripts/_common.lua``, with the two pub/sub
+channels (``P:wake``, ``P:done``) whose names are built here too.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ _FLOW_ID = re.compile(r"[0-9a-f]{32}")
 class Keys:
     """Key names under one prefix: ``{P}:...`` for the global keys, ``{P:Q}:...`` for
     queue ``Q``'s keys (the braces are the Redis Cluster hash tag); and ``wake``, the
-    wake-up channel ``P:wake`` (messages: a queue name; _listen.py subscribes)."""
+    wake-up channel ``P:wake`` (messages: a queue name; _listen.py subscribes), and
+    ``done``, ``P:done`` (messages: ids of jobs that finished, comma-separated)."""
 
     def __init__(self, prefix: str) -> None:
         if not _PREFIX.fullmatch(prefix):
@@ -43,6 +44,9 @@ class Keys:
         # the queue's name (``wake`` in scripts/_common.lua builds the same name from a
         # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.
         self.wake = f"{prefix}:wake"
+        # The channel on which scripts that finish jobs publish their ids, once per call
+        # (``publish_finished`` in scripts/_common.lua); waiters on results subscribe.
+        self.done = f"{prefix}:done"
 
     def queue(self, name: str) -> list[str]:
         """The GROUP of keys of queue ``name``, in script order."""

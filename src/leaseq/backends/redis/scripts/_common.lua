@@ -57,6 +57,14 @@
 -- a user whose ACL denies the channel still has every script work, and is only woken
 -- by polling.
 --
+-- DONE CHANNEL (pub/sub, not a key): P:done. The helpers that finish a job (archive,
+-- complete_held, to_dead: completed, cancelled, discarded, dead) note its id, and the
+-- scripts that call them end with publish_finished(), which PUBLISHes the ids noted,
+-- comma-separated, in one message per call (a batch of 500 acks sends one), through
+-- redis.pcall as the wake-up does. Waiters on results (_results.py) subscribe. A script
+-- that finishes jobs through these helpers must call publish_finished() before it returns
+-- (its waiters would otherwise only poll).
+--
 -- JOB HASH FIELDS: id, queue, kind?, payload (JSON text), priority, max_attempts,
 -- unique_key?, state (available | running | dead | completed | cancelled | discarded;
 -- "scheduled" is available with available_at in the future), attempts, lease_token,
@@ -172,6 +180,18 @@ local function wake(q)
   if prefix then redis.pcall('PUBLISH', prefix .. ':wake', queue) end
 end
 
+-- Ids of the jobs this call finished, and how many (DONE CHANNEL). The helpers append
+-- inline, without a function call: complete_many runs it 500 times per call.
+local FINISHED, FINISHED_N = {}, 0
+
+-- One message with every id noted, at the end of a script that finishes jobs. Every such
+-- script's KEYS[1] is a job key or a job-key prefix, "{P:Q}:job:...", which names P.
+local function publish_finished()
+  if FINISHED_N == 0 then return end
+  local prefix = string.match(KEYS[1], '^{([^:}]+):')
+  if prefix then redis.pcall('PUBLISH', prefix .. ':done', table.concat(FINISHED, ',')) end
+end
+
 -- An available job goes to ready when due, else to delayed (claim promotes it later).
 local function make_available(q, id, at, priority, now)
   if tonumber(at) <= now then
@@ -225,6 +245,8 @@ local function to_dead(q, key, id, err, now)
   redis.call('HINCRBY', key, 'buries', 1)
   redis.call('ZADD', q.dead, id, id)
   redis.call('ZADD', q.buried, int(now), id)
+  FINISHED_N = FINISHED_N + 1
+  FINISHED[FINISHED_N] = id
 end
 
 -- A finished job that held a unique key frees it, and becomes the key's newest finished
@@ -258,6 +280,8 @@ local function archive(q, key, id, state, result, err, now)
     redis.call('HSET', key, 'error', err)
   end
   redis.call('ZADD', q[state], int(now), id)
+  FINISHED_N = FINISHED_N + 1
+  FINISHED[FINISHED_N] = id
 end
 
 -- running -> completed, for a job whose lease the caller has just checked: only the
@@ -276,6 +300,8 @@ local function complete_held(q, key, id, result, now)
     redis.call('HSET', key, 'state', 'completed', 'finished_at', t, 'updated_at', t)
   end
   redis.call('ZADD', q.completed, t, id)
+  FINISHED_N = FINISHED_N + 1
+  FINISHED[FINISHED_N] = id
 end
 
 -- fail (nack) of a job whose lease the caller has just checked: -> cancelled (history)

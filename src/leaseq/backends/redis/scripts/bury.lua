@@ -12,4 +12,5 @@ if refused then return refused end
 local priority = opt(ARGV[3])
 if priority then redis.call('HSET', key, 'priority', priority) end
 to_dead(q, key, redis.call('HGET', key, 'id'), opt(ARGV[2]), now_us())
+publish_finished()
 return 'ok'

@@ -15,4 +15,5 @@ if f.state == 'running' then
 end
 if f.state ~= 'available' and f.state ~= 'dead' then return f.state end
 archive(q, key, f.id, 'cancelled', false, 'cancelled', now_us())
+publish_finished()
 return 'cancelled'

@@ -12,4 +12,5 @@ local refused = not_held(key, ARGV[1])
 if refused == 'lost' and completed_by(key, ARGV[1]) then return 'ok' end
 if refused then return refused end
 complete_held(q, key, redis.call('HGET', key, 'id'), opt(ARGV[2]), now_us())
+publish_finished()
 return 'ok'

@@ -18,4 +18,5 @@ for i = 1, #ARGV, 4 do
   end
   out[#out + 1] = refused or 'ok'
 end
+publish_finished()
 return out

@@ -22,7 +22,8 @@
 -- job that may follow (absent when none can)
 -- ARGV[1] lease token   ARGV[2] result (optional JSON text)   ARGV[3] chain | group
 -- ARGV[4] the job's index in the flow
--- Publishes: the follow-up's queue on P:wake when it is due now (_common.lua)
+-- Publishes: the follow-up's queue on P:wake when it is due now, and the job's id on
+-- P:done (_common.lua)
 -- Returns: "ok"; "lost" (lease not held) or "missing" (no such job), nothing changed;
 -- "noflow" (the flow is not stored or already complete: nothing changed)
 
@@ -84,4 +85,5 @@ if s then
   redis.call('SADD', queues, s.queue)
   redis.call('HSET', flow, 'job_id', id, 'step', step)
 end
+publish_finished()  -- waiters on this job's result (DONE CHANNEL, _common.lua)
 return 'ok'

@@ -11,4 +11,5 @@ local f = fields(key, 'id', 'state')
 if not f.state then return 'missing' end
 if f.state ~= 'available' and f.state ~= 'dead' then return f.state end
 archive(q, key, f.id, 'discarded', false, opt(ARGV[1]), now_us())
+publish_finished()
 return 'ok'

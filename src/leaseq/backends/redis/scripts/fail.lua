@@ -11,4 +11,6 @@
 local key, q = KEYS[1], queue_at(2)
 local refused = not_held(key, ARGV[1])
 if refused then return refused end
-return fail_held(q, key, opt(ARGV[2]), tonumber(ARGV[3]), now_us())
+local state = fail_held(q, key, opt(ARGV[2]), tonumber(ARGV[3]), now_us())
+publish_finished()
+return state

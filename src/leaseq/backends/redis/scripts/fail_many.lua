@@ -19,4 +19,5 @@ for i = 1, #ARGV, 5 do
   local refused = not_held(key, ARGV[i + 2])
   out[#out + 1] = refused or fail_held(q, key, opt(ARGV[i + 3]), tonumber(ARGV[i + 4]), now)
 end
+publish_finished()
 return out

@@ -66,4 +66,5 @@ for i = 1, discarded do
   local id, q = old[i][2], old[i][3]
   archive(q, q.job .. id, id, 'discarded', false, false, now)
 end
+publish_finished()
 return {count, discarded}

@@ -15,6 +15,7 @@ local f = fields(key, 'id', 'cancel_requested', 'attempts', 'releases')
 local delay, now, priority = tonumber(ARGV[2]), now_us(), opt(ARGV[3])
 if f.cancel_requested then
   archive(q, key, f.id, 'cancelled', false, false, now)
+  publish_finished()
   return 'cancelled'
 end
 -- reschedule() reads the priority it files the job under: set it first.
