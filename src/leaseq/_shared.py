@@ -355,12 +355,12 @@ class Shared:
         then costs one test per job."""
         items = []
         links: list[FlowLink | None] | None = None
-        for n, entry in enumerate(jobs):
+        for entry in jobs:
             job, result = entry if isinstance(entry, tuple) else (entry, None)
             items.append((*self._held(job), self._result(result)))
             if job.headers is not None and (found := _flow.link(job.headers)) is not None:
                 if links is None:
-                    links = [None] * n
+                    links = [None] * (len(items) - 1)
                 links.append(found)
             elif links is not None:
                 links.append(None)
