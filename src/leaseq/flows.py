@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +155,9 @@ class Chain:
                  for job, sig in zip(jobs[1:], self.steps[1:], strict=True)]
         return NewFlow(flow_id, "chain", len(jobs), steps), jobs[0]
 
+    def _decoders(self) -> list[Callable[[Any], Any]]:
+        return [self.steps[-1].bound.task.decode_result]
+
     def enqueue(self, *, conn: Any = None) -> FlowResult:
         """Stores the chain and enqueues its first step, in one transaction.
 
@@ -167,7 +170,7 @@ class Chain:
         flow, first = self._plan(q)
         [result] = q._start_flow(flow, [first], conn)
         return FlowResult(flow.flow_id, "chain", flow.size, (result.id,),
-                          self.steps[0].bound.task.app)
+                          self.steps[0].bound.task.app, self._decoders())
 
     async def enqueue_async(self, *, conn: Any = None) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
@@ -175,7 +178,8 @@ class Chain:
         await app.async_queue._fresh_configs()
         flow, first = self._plan(app.async_queue)
         [result] = await app.async_queue._start_flow(flow, [first], conn)
-        return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), app)
+        return FlowResult(flow.flow_id, "chain", flow.size, (result.id,), app,
+                          self._decoders())
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,11 @@ class Group:
             raise InvalidArgument(f"then takes a signature (task.s(...)), got {callback!r}")
         callback.arguments(receives=True)  # refused now, not when the group completes
         return replace(self, callback=callback)
+
+    def _decoders(self) -> list[Callable[[Any], Any]]:
+        if self.callback is not None:
+            return [self.callback.bound.task.decode_result]
+        return [sig.bound.task.decode_result for sig in self.members]
 
     def _signatures(self) -> list[Signature]:
         return [*self.members, *([self.callback] if self.callback is not None else [])]
@@ -215,7 +224,8 @@ class Group:
         flow, jobs = self._plan(q)
         results = q._start_flow(flow, jobs, conn)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results),
-                          self.members[0].bound.task.app, then=self.callback is not None)
+                          self.members[0].bound.task.app, self._decoders(),
+                          then=self.callback is not None)
 
     async def enqueue_async(self, *, conn: Any = None) -> FlowResult:
         """``enqueue`` for asyncio code (the app's ``async_queue``)."""
@@ -224,7 +234,7 @@ class Group:
         flow, jobs = self._plan(app.async_queue)
         results = await app.async_queue._start_flow(flow, jobs, conn)
         return FlowResult(flow.flow_id, "group", flow.size, tuple(r.id for r in results),
-                          app, then=self.callback is not None)
+                          app, self._decoders(), then=self.callback is not None)
 
 
 class FlowResult:
@@ -239,9 +249,13 @@ class FlowResult:
     """
 
     def __init__(self, flow_id: str, kind: FlowKind, size: int, job_ids: tuple[int, ...],
-                 app: App, *, then: bool = False) -> None:
+                 app: App, decoders: Sequence[Callable[[Any], Any]], *,
+                 then: bool = False) -> None:
         self.flow_id, self.kind, self.size, self.job_ids = flow_id, kind, size, job_ids
         self._app = app
+        # Task.decode_result of what wait returns: the last step's or the callback's task,
+        # or each member's; stored results are JSON, rebuilt as EnqueueResult.wait does.
+        self._decoders = tuple(decoders)
         self._then = then
 
     def __repr__(self) -> str:
@@ -271,14 +285,14 @@ class FlowResult:
         if self.kind == "group":
             results = [q.wait(job_id, clock.left()) for job_id in self.job_ids]
             if not self._then:
-                return results
+                return self._decoded(results)
         while True:
             # The completion of the job waited for enqueued the next one in its own
             # transaction, so the flow names it by now.
             job_id, last = self._next(self.state())
             result = q.wait(job_id, clock.left())
             if last:
-                return result
+                return self._decoders[-1](result)
 
     async def wait_async(self, timeout: float | None = None) -> Any:
         """``wait`` for asyncio code (``AsyncQueue.wait``)."""
@@ -287,12 +301,15 @@ class FlowResult:
         if self.kind == "group":
             results = [await aq.wait(job_id, clock.left()) for job_id in self.job_ids]
             if not self._then:
-                return results
+                return self._decoded(results)
         while True:
             job_id, last = self._next(await self.state_async())
             result = await aq.wait(job_id, clock.left())
             if last:
-                return result
+                return self._decoders[-1](result)
+
+    def _decoded(self, results: list[Any]) -> list[Any]:
+        return [decode(r) for decode, r in zip(self._decoders, results, strict=True)]
 
     def _found(self, state: FlowState | None) -> FlowState:
         if state is None:

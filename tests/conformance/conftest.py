@@ -36,6 +36,7 @@ CLUSTER_SKIPS = {
         "test_a_full_queue_refuses_the_whole_group",
         "test_prune_deletes_finished_flows_and_keeps_running_ones",
         "test_a_flow_enqueued_in_a_callers_transaction_exists_only_if_it_commits",
+        "test_typed_results_cross_steps_and_come_back_typed",
     ], _NO_FLOWS),
 }
 

@@ -13,6 +13,7 @@ and the interleaving; tests/test_flows_kill.py runs them with worker processes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,14 @@ import leaseq.testing
 from tests.conformance._util import take
 
 QUEUE = "flows"
+
+
+@dataclasses.dataclass
+class Pair:
+    """A typed result (docs/typed-payloads.md): stored as JSON, rebuilt on both sides."""
+
+    left: int
+    right: int
 
 
 @pytest.fixture
@@ -38,6 +47,15 @@ def app(q: leaseq.Queue, url: str, prefix: str) -> Iterator[leaseq.App]:
     @app.task(queue=QUEUE, name="collect")
     def collect(results: list[Any], tag: str = "") -> dict[str, Any]:
         return {"tag": tag, "results": results}
+
+    @app.task(queue=QUEUE, name="pair")
+    def pair(x: int) -> Pair:
+        return Pair(x, x + 1)
+
+    @app.task(queue=QUEUE, name="swap")
+    def swap(p: Pair) -> Pair:
+        assert isinstance(p, Pair)
+        return Pair(p.right, p.left)
 
     @app.task(queue="other", name="nothing")
     def nothing() -> None:
@@ -261,3 +279,12 @@ def test_a_flow_enqueued_in_a_callers_transaction_exists_only_if_it_commits(
     assert [j.id for j in jobs_of(q, "add")] == list(kept.job_ids)
     assert drain(app, q) == 2
     assert kept.wait(timeout=10) == {"tag": "", "results": [5]}
+
+
+def test_typed_results_cross_steps_and_come_back_typed(app, q):
+    pair, swap = app.tasks["pair"], app.tasks["swap"]
+    chain = leaseq.chain(pair.s(1), swap.s()).enqueue()
+    grouped = leaseq.group(pair.s(5), pair.s(7)).enqueue()
+    assert leaseq.testing.drain(app, QUEUE).completed == 4  # stores results as a worker does
+    assert chain.wait(timeout=10) == Pair(2, 1)
+    assert grouped.wait(timeout=10) == [Pair(5, 6), Pair(7, 8)]
