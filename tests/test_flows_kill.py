@@ -2,9 +2,9 @@
 
 A chain of 1,000 steps (each adds 1) and 100 groups of 10 members, each with a callback,
 run on two `leaseq worker` processes; three times, at random moments, one that holds a
-lease is killed with SIGKILL and a fresh one started in its place. Leases are 1 s, so a killed worker's jobs
-come back quickly. A handler appends (job id, lease token, what it did) to a log with
-O_APPEND; a killed run may or may not have logged, and then runs again.
+lease is killed with SIGKILL and a fresh one started in its place. Leases are 1 s, so a
+killed worker's jobs come back quickly. A handler appends (job id, lease token, what it
+did) to a log with O_APPEND; a killed run may or may not have logged, and then runs again.
 
 Afterwards: every step and member ran; each has exactly one job, completed once (a lost
 follow-up would leave a step missing, a duplicated one a step twice); the chain's last
