@@ -82,7 +82,8 @@ def reachable(backend: str) -> str | None:
 
 def drop_tables(backend: str, prefix: str) -> None:
     """Remove the tables a test created under ``prefix``."""
-    tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues")]
+    tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues", "flows",
+                                       "flow_parts")]
     if backend == "postgres":
         import psycopg
 

@@ -5,6 +5,7 @@ The public API is exactly the names in ``__all__``.
 
 from leaseq._client import AsyncQueue, Queue, connect, connect_async
 from leaseq._core.backoff import Backoff
+from leaseq._core.flow import FlowState
 from leaseq._core.job import (
     EnqueueResult,
     Job,
@@ -37,6 +38,7 @@ from leaseq.errors import (
     TouchLimitExceeded,
     ValidationError,
 )
+from leaseq.flows import Chain, FlowResult, Group, Signature, chain, group
 from leaseq.outcomes import Bury, Discard, Retry
 from leaseq.schedules import Schedule
 from leaseq.tasks import App, BoundTask, Task
@@ -53,10 +55,14 @@ __all__ = [
     "Backoff",
     "BoundTask",
     "Bury",
+    "Chain",
     "ClientClosed",
     "ConfigurationError",
     "Discard",
     "EnqueueResult",
+    "FlowResult",
+    "FlowState",
+    "Group",
     "InvalidArgument",
     "InvalidQueueName",
     "Job",
@@ -81,11 +87,14 @@ __all__ = [
     "SchemaMissing",
     "ServerStats",
     "Settings",
+    "Signature",
     "Task",
     "TouchLimitExceeded",
     "ValidationError",
     "Worker",
+    "chain",
     "connect",
     "connect_async",
     "current_job",
+    "group",
 ]

@@ -17,8 +17,10 @@ from typing import Any
 from leaseq import _listen, _results, _wakeup
 from leaseq import tracing as _tracing
 from leaseq._conn import acaller_connection, caller_connection
+from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
+from leaseq._core.flow import FlowLink, FlowState
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -33,8 +35,8 @@ from leaseq._core.settings import Settings
 from leaseq._group import AsyncGroupCommit, GroupCommit, grouped
 from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
-from leaseq.backends.base import AsyncBackend, Backend, NewJob
-from leaseq.errors import JobCancelled, LeaseLost, TouchLimitExceeded
+from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
+from leaseq.errors import InvalidArgument, JobCancelled, LeaseLost, TouchLimitExceeded
 
 
 class Queue(Shared):
@@ -256,19 +258,62 @@ class Queue(Shared):
         """
         job_id, token = self._held(job)
         text = self._result(result)
+        link = _flow.link(job.headers)
+        if link is not None:  # a step of a chain or group: its follow-up comes with it
+            if conn is not None:
+                raise InvalidArgument("a job of a chain or group cannot be acked in your "
+                                      "transaction (conn=)")
+            if not self._backend.complete_steps([(job_id, token, text, link)])[0]:
+                raise self._step_lost(job_id, token)
+            self._woken_by([link])
+            _results.finished(self._wake_key, (job_id,))
+            return
         self._backend.complete(job_id, token, text, self._caller(conn))
         _results.finished(self._wake_key, (job_id,))
 
     def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """Record many held jobs completed in one transaction: each a ``Job`` or a
         ``(job, result)`` pair. Fenced per job: True where it completed, False where its
-        lease was lost (that job is left unchanged)."""
-        items = self._batch_items(jobs)
+        lease was lost (that job is left unchanged). Jobs of chains and groups are
+        completed with what follows them, in one more transaction (docs/workflows.md)."""
+        items, links = self._ack_items(jobs)
         if not items:
             return []
-        done = self._backend.complete_many(items)
+        done = (self._backend.complete_many(items) if links is None
+                else self._ack_flows(items, links))
         self._finished_items(items, done)
         return done
+
+    def _ack_flows(
+        self, items: list[tuple[int, int, str | None]], links: list[FlowLink | None]
+    ) -> list[bool]:
+        """``ack_many`` of a batch that holds jobs of chains or groups: the plain jobs in
+        one transaction, the others in one more (``complete_steps``)."""
+        plain, steps = self._split_steps(items, links)
+        done = [False] * len(items)
+        if plain:
+            oks = self._backend.complete_many([items[i] for i in plain])
+            for i, ok in zip(plain, oks, strict=True):
+                done[i] = ok
+        oks = self._backend.complete_steps([step for _, step in steps])
+        for (i, _), ok in zip(steps, oks, strict=True):
+            done[i] = ok
+        self._woken_by(links)
+        return done
+
+    def _start_flow(
+        self, flow: NewFlow, jobs: list[NewJob], conn: Any = None
+    ) -> list[EnqueueResult]:
+        """Stores a chain or group and enqueues its first jobs (``leaseq.flows``), in the
+        caller's transaction with ``conn`` (or ``default_conn``'s)."""
+        results: list[EnqueueResult] = self._backend.start_flow(
+            flow, jobs, self._capped_in(jobs), self._caller(conn))
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return self._bind(results)
+
+    def _flow_state(self, flow_id: str) -> FlowState | None:
+        """A chain or group as stored (``leaseq.flows``)."""
+        return self._backend.get_flow(flow_id)
 
     def heartbeat_many(
         self, jobs: Iterable[Job], *, extend: float | None = None
@@ -703,17 +748,57 @@ class AsyncQueue(Shared):
         """See ``Queue.ack``."""
         job_id, token = self._held(job)
         text = self._result(result)
+        link = _flow.link(job.headers)
+        if link is not None:  # a step of a chain or group: its follow-up comes with it
+            if conn is not None:
+                raise InvalidArgument("a job of a chain or group cannot be acked in your "
+                                      "transaction (conn=)")
+            if not (await self._backend.complete_steps([(job_id, token, text, link)]))[0]:
+                raise self._step_lost(job_id, token)
+            self._woken_by([link])
+            _results.finished(self._wake_key, (job_id,))
+            return
         await self._backend.complete(job_id, token, text, await self._caller(conn))
         _results.finished(self._wake_key, (job_id,))
 
     async def ack_many(self, jobs: Iterable[Job | tuple[Job, Any]]) -> list[bool]:
         """See ``Queue.ack_many``."""
-        items = self._batch_items(jobs)
+        items, links = self._ack_items(jobs)
         if not items:
             return []
-        done = await self._backend.complete_many(items)
+        done = (await self._backend.complete_many(items) if links is None
+                else await self._ack_flows(items, links))
         self._finished_items(items, done)
         return done
+
+    async def _ack_flows(
+        self, items: list[tuple[int, int, str | None]], links: list[FlowLink | None]
+    ) -> list[bool]:
+        """See ``Queue._ack_flows``."""
+        plain, steps = self._split_steps(items, links)
+        done = [False] * len(items)
+        if plain:
+            oks = await self._backend.complete_many([items[i] for i in plain])
+            for i, ok in zip(plain, oks, strict=True):
+                done[i] = ok
+        oks = await self._backend.complete_steps([step for _, step in steps])
+        for (i, _), ok in zip(steps, oks, strict=True):
+            done[i] = ok
+        self._woken_by(links)
+        return done
+
+    async def _start_flow(
+        self, flow: NewFlow, jobs: list[NewJob], conn: Any = None
+    ) -> list[EnqueueResult]:
+        """See ``Queue._start_flow``."""
+        results: list[EnqueueResult] = await self._backend.start_flow(
+            flow, jobs, self._capped_in(jobs), await self._caller(conn))
+        _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
+        return self._bind(results)
+
+    async def _flow_state(self, flow_id: str) -> FlowState | None:
+        """See ``Queue._flow_state``."""
+        return await self._backend.get_flow(flow_id)
 
     async def heartbeat_many(
         self, jobs: Iterable[Job], *, extend: float | None = None

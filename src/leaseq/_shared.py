@@ -17,8 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from leaseq import _results, _wakeup
+from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
+from leaseq._core.flow import FlowLink
 from leaseq._core.job import (
     LIVE_STATES,
     QUEUE_SETTINGS,
@@ -32,7 +34,7 @@ from leaseq._core.job import (
     ServerStats,
 )
 from leaseq._core.settings import Settings
-from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome, StepItem
 from leaseq.errors import (
     ClientClosed,
     InvalidArgument,
@@ -344,6 +346,49 @@ class Shared:
             job, result = entry if isinstance(entry, tuple) else (entry, None)
             items.append((*self._held(job), self._result(result)))
         return items
+
+    def _ack_items(
+        self, jobs: Iterable[Job | tuple[Job, Any]]
+    ) -> tuple[list[tuple[int, int, str | None]], list[FlowLink | None] | None]:
+        """``_batch_items`` and, when some job belongs to a chain or group, each job's
+        ``FlowLink`` (None for the others); None when no job does, the usual case, which
+        then costs one test per job."""
+        items = []
+        links: list[FlowLink | None] | None = None
+        for entry in jobs:
+            job, result = entry if isinstance(entry, tuple) else (entry, None)
+            items.append((*self._held(job), self._result(result)))
+            if job.headers is not None and (found := _flow.link(job.headers)) is not None:
+                if links is None:
+                    links = [None] * (len(items) - 1)
+                links.append(found)
+            elif links is not None:
+                links.append(None)
+        return items, links
+
+    @staticmethod
+    def _split_steps(
+        items: Sequence[tuple[int, int, str | None]], links: Sequence[FlowLink | None]
+    ) -> tuple[list[int], list[tuple[int, StepItem]]]:
+        """The positions of a batch's plain jobs, and ``(position, StepItem)`` of its jobs
+        of chains and groups."""
+        plain = [i for i, link in enumerate(links) if link is None]
+        steps = [(i, (*items[i], link)) for i, link in enumerate(links) if link is not None]
+        return plain, steps
+
+    def _woken_by(self, links: Sequence[FlowLink | None]) -> None:
+        """The in-process wake-up for the queues a flow's acks may have enqueued to: this
+        process's workers claim the next step at once instead of at their next poll."""
+        queues = sorted({link.queue for link in links if link is not None and link.queue})
+        if queues:
+            _wakeup.notify(self._wake_key, queues)
+
+    @staticmethod
+    def _step_lost(job_id: int, token: int) -> LeaseLost:
+        return LeaseLost(
+            f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
+            "re-delivered or finished; nothing was changed"
+        )
 
     def _renewals(self, jobs: Iterable[Job], extend: float | None
                   ) -> tuple[list[Job], list[tuple[int, int, float]]]:

@@ -41,6 +41,7 @@ from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
 from leaseq.errors import ConfigurationError, InvalidArgument
+from leaseq.flows import Signature
 from leaseq.schedules import Schedule, new_schedule
 
 P = ParamSpec("P")
@@ -178,6 +179,12 @@ class Task(Generic[P, R]):
         """Queue many calls, each a dict of keyword arguments, in one round trip."""
         return BoundTask(self, self.defaults, None).enqueue_many(calls)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A call to enqueue later as a step of ``leaseq.chain`` or ``leaseq.group``
+        (docs/workflows.md). Arguments are checked against the signature now; a step that
+        receives the previous result leaves its first parameter out."""
+        return BoundTask(self, self.defaults, None).s(*args, **kwargs)
+
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """``enqueue`` for asyncio code."""
         return await BoundTask(self, self.defaults, None).enqueue_async(*args, **kwargs)
@@ -281,6 +288,14 @@ class BoundTask(Generic[P, R]):
         if app.eager:
             return [app.run_eagerly(self.task, item["payload"]) for item in items]
         return self.task.bind(app.queue.enqueue_many(items, conn=self.conn))
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """``Task.s`` with these options (``conn`` is not used: a flow is enqueued in a
+        transaction of its own)."""
+        if self.conn is not None:
+            raise InvalidArgument(f"{self.task.name}: a step of a chain or group takes no "
+                                  "conn=; pass it to the chain's or group's enqueue(conn=...)")
+        return Signature(self, args, kwargs)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
         """Queue a call with these options, from asyncio code."""

@@ -14,19 +14,19 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from leaseq._core.job import JobState
-from leaseq.backends.base import FailItem, NewJob, PeekState
+from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, StepItem
 
 REPEATABLE = frozenset({
     # Safe to run again on a fresh connection after the reply was lost: a claim's jobs come
     # back when their lease expires, fenced writes refuse a second time or are no-ops,
     # settings and pause store the same values, and reads change nothing.
-    "claim", "renew", "complete", "complete_many", "renew_many", "reclaim",
+    "claim", "renew", "complete", "complete_many", "complete_steps", "renew_many", "reclaim",
     "configure_queue", "set_paused",
     "get", "stats", "peek", "queue_configs", "server_version", "list_jobs", "paused",
-    "next_due",
+    "next_due", "get_flow",
 })
 READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "list_jobs",
-                   "paused", "next_due"})
+                   "paused", "next_due", "get_flow"})
 
 
 class PlanBackend:
@@ -72,6 +72,20 @@ class PlanBackend:
 
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Any:
         return self.run("complete_many", lambda: self.ops.complete_many(items))
+
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
+    ) -> Any:
+        # Not repeated after a dropped connection, as enqueue: it may have committed.
+        # ``capped`` as in enqueue: Redis checks every queue's cap in its script anyway.
+        return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs, conn))
+
+    def complete_steps(self, items: Sequence[StepItem]) -> Any:
+        return self.run("complete_steps", lambda: self.ops.complete_steps(items))
+
+    def get_flow(self, flow_id: str) -> Any:
+        return self.run("get_flow", lambda: self.ops.get_flow(flow_id))
 
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
         return self.run("renew_many", lambda: self.ops.renew_many(items))

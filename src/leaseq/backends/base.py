@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from leaseq._core.flow import FlowKind, FlowLink, FlowState
 from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueConfig, QueueStats
 from leaseq.errors import TouchLimitExceeded
 
@@ -27,6 +28,8 @@ stale lease, a ``TouchLimitExceeded`` (returned, not raised) when a touch limit 
 the extension."""
 FailItem = tuple[int, int, str | None, float]
 """``(job_id, token, error, delay)`` of ``fail_many``."""
+StepItem = tuple[int, int, str | None, FlowLink]
+"""``(job_id, token, result, link)`` of ``complete_steps``: a job of a chain or group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,31 @@ class NewJob:
     lease: float | None = None
     unique_for: float | None = None
     headers: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowStep:
+    """A job that waits for a result: ``job.payload`` is the JSON object of its other
+    arguments, and the result fills parameter ``first`` when the job is enqueued."""
+
+    job: NewJob
+    first: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewFlow:
+    """A chain or group to store (``Backend.start_flow``).
+
+    ``size`` is the number of steps (chain) or members (group). A chain's ``steps`` are
+    its steps after the first, in order (the first is enqueued at once); a group has no
+    ``steps`` and its ``then`` is the callback enqueued with the members' results, or
+    None (then nothing is enqueued when the group completes)."""
+
+    flow_id: str
+    kind: FlowKind
+    size: int
+    steps: Sequence[FlowStep] = ()
+    then: FlowStep | None = None
 
 
 class Backend(Protocol):
@@ -133,6 +161,30 @@ class Backend(Protocol):
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> list[bool]:
         """``complete`` for each ``(id, token, result)`` in one transaction: True per job
         completed, False (nothing changed) per stale lease."""
+
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
+    ) -> list[EnqueueResult]:
+        """nothing → a stored flow and its first jobs (a chain's first step, or a group's
+        members, each with a ``leaseq-flow`` header naming ``flow``; ``capped`` as for
+        ``enqueue``: a full queue refuses the whole flow), in one transaction (the
+        caller's, with ``conn``)
+        (on Redis the flow is written first: a crash in between leaves a flow no job
+        names, which nothing reads). A chain's flow records the first step's id."""
+
+    def complete_steps(self, items: Sequence[StepItem]) -> list[bool]:
+        """``complete`` of each ``(id, token, result, link)``, a job of a chain or group,
+        and in the same transaction (one script per job on Redis) what follows from it: a
+        chain's next step is enqueued with ``result`` spliced in as its first argument
+        (the flow records its id); a group member's result is stored, and the member that
+        completes the group enqueues the callback with every member's result in member
+        order. Per job True when completed (now, or before by this lease: then nothing
+        more happens), False (nothing changed) for a stale lease. So a step's follow-up
+        exists exactly when the step is completed."""
+
+    def get_flow(self, flow_id: str) -> FlowState | None:
+        """The flow as stored, or None when no flow has that id."""
 
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]:
         """``renew`` for each ``(id, token, extend)``, touch limits included, in one
@@ -254,6 +306,12 @@ class AsyncBackend(Protocol):
     async def complete_many(
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> list[bool]: ...
+    async def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
+    ) -> list[EnqueueResult]: ...
+    async def complete_steps(self, items: Sequence[StepItem]) -> list[bool]: ...
+    async def get_flow(self, flow_id: str) -> FlowState | None: ...
     async def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]: ...
     async def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState: ...
     async def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]: ...

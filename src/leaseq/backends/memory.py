@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from leaseq._core import limits
+from leaseq._core.flow import FlowLink, FlowState, joined
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -27,8 +28,17 @@ from leaseq._core.job import (
     QueueStats,
 )
 from leaseq._core.validate import decode
-from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.backends._flows import decode_step, encode_step
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
 from leaseq.errors import (
+    BackendError,
     ConfigurationError,
     InvalidArgument,
     JobCancelled,
@@ -75,6 +85,17 @@ class _Row:
     headers: str | None = None  # JSON text, as stored by the other backends
 
 
+@dataclass
+class _Flow:
+    """A chain or group as the SQL backends' flows and flow_parts rows hold it."""
+
+    state: FlowState
+    created: float
+    specs: dict[int, str]  # a chain's later steps
+    callback: str | None
+    results: dict[int, str | None]  # a group's member results
+
+
 def _dt(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, timezone.utc)
 
@@ -96,6 +117,7 @@ class MemoryBackend:
         self.finished_keys: dict[tuple[str, str], int] = {}  # newest finished keyed job
         self.buckets: dict[str, tuple[float, float]] = {}  # queue -> (tokens, when)
         self.next_id = 1
+        self.flows: dict[str, _Flow] = {}
 
     def migrate(self) -> None:
         """Nothing to create."""
@@ -331,6 +353,58 @@ class MemoryBackend:
                     self._archive(r, "completed", result, None)  # type: ignore[arg-type]
                 done.append(ok or self._completed_by(job_id, token))
             return done
+
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
+    ) -> list[EnqueueResult]:
+        with self.lock:
+            specs = {i: encode_step(step) for i, step in enumerate(flow.steps, start=1)}
+            callback = None if flow.then is None else encode_step(flow.then)
+            results = self.enqueue(jobs, conn)  # refuses a conn: no transactions here
+            first = results[0].id if flow.kind == "chain" else None
+            self.flows[flow.flow_id] = _Flow(
+                FlowState(flow.flow_id, flow.kind, flow.size, flow.size, 0, first),
+                self.clock(), specs, callback, {})
+            return results
+
+    def complete_steps(self, items: Sequence[StepItem]) -> list[bool]:
+        with self.lock:
+            return [self._complete_step(*item) for item in items]
+
+    def _complete_step(
+        self, job_id: int, token: int, result: str | None, link: FlowLink
+    ) -> bool:
+        with self.lock:
+            r = self.live.get(job_id)
+            if r is None or r.state != "running" or r.lease_token != token:
+                return self._completed_by(job_id, token)
+            flow = self.flows.get(link.flow_id)
+            if flow is None or flow.state.remaining <= 0:
+                raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not "
+                                   "stored or already complete")
+            self._archive(r, "completed", result, None)
+            state = replace(flow.state, remaining=flow.state.remaining - 1)
+            follow = None
+            if link.kind == "chain":
+                spec = flow.specs.get(link.index + 1)
+                if spec is not None:
+                    follow = decode_step(spec, result)
+                    state = replace(state, step=link.index + 1)
+            else:
+                flow.results[link.index] = result
+                if state.remaining == 0 and flow.callback is not None:
+                    ordered = [flow.results[i] for i in sorted(flow.results)]
+                    follow = decode_step(flow.callback, joined(ordered))
+            if follow is not None:
+                state = replace(state, job_id=self.enqueue([follow])[0].id)
+            flow.state = state
+            return True
+
+    def get_flow(self, flow_id: str) -> FlowState | None:
+        with self.lock:
+            flow = self.flows.get(flow_id)
+            return None if flow is None else flow.state
 
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]:
         with self.lock:
@@ -591,6 +665,9 @@ class MemoryBackend:
             old = [i for i, r in self.history.items() if (r.finished_at or 0) < cutoff]
             for job_id in old:
                 del self.history[job_id]
+            for flow_id in [f for f, flow in self.flows.items()
+                            if flow.state.remaining == 0 and flow.created < cutoff]:
+                del self.flows[flow_id]
             return len(old)
 
     def close(self) -> None:

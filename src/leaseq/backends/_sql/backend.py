@@ -14,7 +14,7 @@ from typing import Any
 
 from leaseq.backends._plans import READS, PlanBackend
 from leaseq.backends._sql.ops import SqlOps
-from leaseq.backends.base import NewJob
+from leaseq.backends.base import NewFlow, NewJob
 from leaseq.errors import JobCancelled
 
 
@@ -42,6 +42,13 @@ class SqlBackend(PlanBackend):
         caps = sorted({job.queue for job in jobs}.intersection(capped)) if capped else []
         return self.runner.run(lambda: self.ops.enqueue(jobs, caps), conn=conn,
                                single=not caps and self.ops.single("enqueue", jobs))
+
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
+        conn: Any = None,
+    ) -> Any:
+        caps = sorted({job.queue for job in jobs}.intersection(capped)) if capped else []
+        return self.runner.run(lambda: self.ops.start_flow(flow, jobs, caps), conn=conn)
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,

@@ -18,6 +18,7 @@ from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, cast
 
+from leaseq._core.flow import FlowLink, FlowState, joined
 from leaseq._core.job import (
     LIVE_STATES,
     QUEUE_SETTINGS,
@@ -31,8 +32,16 @@ from leaseq._core.job import (
 )
 from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import decode
+from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
-from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
 from leaseq.errors import (
     BackendError,
     InvalidArgument,
@@ -550,6 +559,106 @@ class SqlOps:
         done = yield from self.completed_by([job_id for job_id, _ in first])
         return [done.get(job_id) == token for job_id, token, _ in items]
 
+    # -- chains and groups (docs/workflows.md) ---------------------------------------------
+
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Sequence[str] = ()
+    ) -> Plan[list[EnqueueResult]]:
+        """The flow row, a chain's later steps as specs, then the first jobs (``enqueue``,
+        caps included); a chain's row then names its first step."""
+        callback = None if flow.then is None else encode_step(flow.then)
+        yield Stmt("insert_flow", {"id": flow.flow_id, "kind": flow.kind, "size": flow.size,
+                                   "job_id": None, "callback": callback})
+        if flow.steps:
+            yield from self.insert_steps(flow.flow_id, [encode_step(step) for step in flow.steps])
+        results = yield from self.enqueue(jobs, capped)
+        if flow.kind == "chain":
+            yield Stmt("set_flow_job", {"id": flow.flow_id, "job_id": results[0].id, "step": 0})
+        return results
+
+    def insert_steps(self, flow_id: str, specs: Sequence[str]) -> Plan[None]:
+        """A chain's steps after the first, numbered from 1, as one batch."""
+        parts = [{"flow_id": flow_id, "idx": i, "spec": spec, "result": None}
+                 for i, spec in enumerate(specs, start=1)]
+        yield Stmt("insert_flow_part", parts, many=True)
+
+    def complete_steps(self, items: Sequence[StepItem]) -> Plan[list[bool]]:
+        """``complete_step`` of each item, in one transaction, by flow id: two batches
+        that share flows lock their rows in the same order (each batch's jobs are its
+        own), so they wait for each other instead of deadlocking."""
+        done = [False] * len(items)
+        for i in sorted(range(len(items)), key=lambda i: (items[i][3].flow_id, items[i][0])):
+            done[i] = yield from self.complete_step(*items[i])
+        return done
+
+    def complete_step(
+        self, job_id: int, token: int, result: str | None, link: FlowLink
+    ) -> Plan[bool]:
+        """Fenced like ``complete``: the job row locked under its lease, else nothing
+        happens (True only when this very lease completed it before). Then, in the same
+        transaction, the flow row is locked and counted down (``lock_flow``: a group's
+        members complete one after another), and what follows is enqueued."""
+        if not (yield from self.finish_held(job_id, token, result)):
+            done = yield from self.completed_by([job_id])
+            return done.get(job_id) == token
+        f = yield from self.count_down(link.flow_id)
+        if f is None:
+            raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not stored")
+        remaining, callback = f
+        if remaining <= 0:
+            # Fencing allows one completion per job, so this means a corrupt flow: roll back.
+            raise BackendError(f"flow {link.flow_id} is complete, yet job {job_id} completed")
+        if link.kind == "chain":
+            yield from self.next_step(link, result)
+        else:
+            yield Stmt("insert_flow_part", {"flow_id": link.flow_id, "idx": link.index,
+                                            "spec": None, "result": result})
+            if int(remaining) == 1 and callback is not None:
+                yield from self.group_callback(link.flow_id, callback)
+        return True
+
+    def finish_held(self, job_id: int, token: int, result: str | None) -> Plan[bool]:
+        """running → completed when held under ``token``: True, else False (nothing
+        changed)."""
+        r = yield Stmt("lock_held", {"id": job_id, "token": token})
+        if not r.rows:
+            return False
+        yield from self.archive(job_id, "completed", result=result, error=None)
+        return True
+
+    def count_down(self, flow_id: str) -> Plan[tuple[int, str | None] | None]:
+        """Locks the flow's row and counts one completion: ``(remaining before, the
+        callback spec)``, None when no such flow is stored."""
+        f = yield Stmt("lock_flow", {"id": flow_id})
+        if not f.rows:
+            return None
+        yield Stmt("count_down_flow", {"id": flow_id})
+        return int(f.rows[0][0]), f.rows[0][2]
+
+    def next_step(self, link: FlowLink, result: str | None) -> Plan[None]:
+        """Enqueues the step after ``link`` (if any) with ``result`` spliced in."""
+        nxt = link.index + 1
+        r = yield Stmt("flow_spec", {"flow_id": link.flow_id, "idx": nxt})
+        if not r.rows:
+            return  # the last step
+        [created] = yield from self.insert_all([decode_step(r.rows[0][0], result)])
+        yield Stmt("set_flow_job", {"id": link.flow_id, "job_id": created.id, "step": nxt})
+
+    def group_callback(self, flow_id: str, callback: str) -> Plan[None]:
+        """Enqueues a completed group's callback with its members' results in order."""
+        r = yield Stmt("flow_results", {"flow_id": flow_id})
+        results = [row[1] for row in sorted(r.rows, key=lambda row: int(row[0]))]
+        [created] = yield from self.insert_all([decode_step(callback, joined(results))])
+        yield Stmt("set_flow_job", {"id": flow_id, "job_id": created.id, "step": 0})
+
+    def get_flow(self, flow_id: str) -> Plan[FlowState | None]:
+        r = yield Stmt("get_flow", {"id": flow_id})
+        if not r.rows:
+            return None
+        fid, kind, size, remaining, step, job = r.rows[0]
+        return FlowState(str(fid), kind, int(size), int(remaining), int(step),
+                         None if job is None else int(job))
+
     def already_done(
         self, items: Sequence[tuple[int, int, str | None]], done: Sequence[bool]
     ) -> Plan[list[bool]]:
@@ -883,10 +992,15 @@ class SqlOps:
         if "drop_tables" in self.d.q:
             yield Stmt("drop_tables")
         else:
-            for table in ("history", "jobs", "queues", "migrations"):
+            for table in ("history", "jobs", "queues", "migrations", "flows", "flow_parts"):
                 yield Stmt(f"drop_{table}")
 
     def prune(self, older_than: float, batch: int = 5000) -> Plan[int]:
+        """History rows in batches; also the flows that finished and were made more than
+        ``older_than`` ago (not counted: the count is of jobs)."""
+        age = {"age": self.d.span(older_than)}
+        yield Stmt("prune_flow_parts", age)
+        yield Stmt("prune_flows", age)
         pruned = 0
         while True:
             r = yield Stmt("prune", {"age": self.d.span(older_than), "limit": batch})

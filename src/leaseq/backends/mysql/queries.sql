@@ -425,7 +425,8 @@ SET lease_until = :until, touches = touches + 1, touched_at = :now
 WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running';
 
 -- name: drop_tables
-DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;
+DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations,
+    {prefix}flows, {prefix}flow_parts;
 
 -- name: completed_tokens
 -- Jobs already completed, with the token that completed them: a retried ack whose first
@@ -594,3 +595,48 @@ FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND sort_priority > :after
 ORDER BY sort_priority, available_at
 LIMIT 1;
+
+-- ---------------------------------------------------------------------------------------
+-- Chains and groups (docs/workflows.md; plans in _sql/ops.py, "flows").
+
+-- name: insert_flow
+INSERT INTO {prefix}flows (id, kind, size, remaining, step, job_id, callback, created_at)
+VALUES (:id, :kind, :size, :size, 0, :job_id, :callback, UTC_TIMESTAMP(6));
+
+-- name: insert_flow_part
+INSERT INTO {prefix}flow_parts (flow_id, idx, spec, result)
+VALUES (:flow_id, :idx, :spec, :result);
+
+-- name: lock_flow
+-- Serialises the completions of one flow's jobs: a group's members take it in turn, so
+-- the one that brings remaining to 0 is the last and sees every other member's result.
+SELECT remaining, size, callback FROM {prefix}flows WHERE id = :id
+FOR UPDATE;
+
+-- name: count_down_flow
+UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id;
+
+-- name: flow_spec
+SELECT spec FROM {prefix}flow_parts WHERE flow_id = :flow_id AND idx = :idx;
+
+-- name: flow_results
+SELECT idx, result FROM {prefix}flow_parts WHERE flow_id = :flow_id ORDER BY idx
+-- A locking read: under REPEATABLE READ a plain read could miss a member that committed
+-- after this transaction's snapshot; the lock on the flow row (lock_flow) has waited for
+-- every earlier member to commit, and a locking read sees what they wrote.
+FOR UPDATE;
+
+-- name: set_flow_job
+UPDATE {prefix}flows SET job_id = :job_id, step = :step WHERE id = :id;
+
+-- name: prune_flow_parts
+-- prune: the parts of flows whose every step or member completed, made more than :age
+-- ago (then prune_flows). A running flow is never pruned, however old.
+DELETE FROM {prefix}flow_parts
+WHERE flow_id IN (SELECT id FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :age MICROSECOND));
+
+-- name: prune_flows
+DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :age MICROSECOND);
+
+-- name: get_flow
+SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;

@@ -115,6 +115,20 @@ class PostgresOps(SqlOps):
                 outcomes[job_id, token] = (cast(datetime, self.d.dt(until)), bool(cancel))
         return [outcomes.get((job_id, token)) for job_id, token, _ in items]
 
+    def finish_held(self, job_id: int, token: int, result: str | None) -> Plan[bool]:
+        # One statement (complete_held) instead of a locking read and two writes.
+        r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})
+        return bool(r.rows)
+
+    def count_down(self, flow_id: str) -> Plan[tuple[int, str | None] | None]:
+        # The UPDATE locks the row and returns what lock_flow would have read.
+        r = yield Stmt("count_down_flow_returning", {"id": flow_id})
+        return (int(r.rows[0][0]), r.rows[0][1]) if r.rows else None
+
+    def insert_steps(self, flow_id: str, specs: Sequence[str]) -> Plan[None]:
+        # One statement over arrays: psycopg's execute takes no batch of parameter sets.
+        yield Stmt("insert_flow_steps", {"flow_id": flow_id, "specs": list(specs)})
+
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
         if len(jobs) == 1:
             return (yield from super().insert_plain(jobs))

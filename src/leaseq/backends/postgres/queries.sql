@@ -473,7 +473,8 @@ SELECT * FROM (
 WHERE verdict <> 'extend';
 
 -- name: drop_tables
-DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations;
+DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations,
+    {prefix}flows, {prefix}flow_parts;
 
 -- name: completed_tokens
 -- Jobs already completed, with the token that completed them: a retried ack whose first
@@ -652,3 +653,54 @@ SELECT EXTRACT(EPOCH FROM
        s.rate_per_sec, s.rate_burst, s.rate_tokens, EXTRACT(EPOCH FROM now() - s.rate_at)
 FROM (SELECT 1) AS one
 LEFT JOIN {prefix}queues AS s ON s.name = :queue;
+
+-- ---------------------------------------------------------------------------------------
+-- Chains and groups (docs/workflows.md; plans in _sql/ops.py, "flows").
+
+-- name: insert_flow
+INSERT INTO {prefix}flows (id, kind, size, remaining, step, job_id, callback)
+VALUES (:id, :kind, :size, :size, 0, :job_id, :callback);
+
+-- name: insert_flow_part
+INSERT INTO {prefix}flow_parts (flow_id, idx, spec, result)
+VALUES (:flow_id, :idx, :spec, :result);
+
+-- name: insert_flow_steps
+-- A chain's steps after the first, numbered from 1 (the first step is enqueued at once).
+INSERT INTO {prefix}flow_parts (flow_id, idx, spec)
+SELECT :flow_id, n::integer, spec FROM unnest(:specs::text[]) WITH ORDINALITY AS s(spec, n);
+
+-- name: lock_flow
+-- Serialises the completions of one flow's jobs: a group's members take it in turn, so
+-- the one that brings remaining to 0 is the last and sees every other member's result.
+SELECT remaining, size, callback FROM {prefix}flows WHERE id = :id
+FOR UPDATE;
+
+-- name: count_down_flow
+UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id;
+
+-- name: count_down_flow_returning
+-- lock_flow and count_down_flow in one statement: the remaining count before this one.
+UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id
+RETURNING remaining + 1, callback;
+
+-- name: flow_spec
+SELECT spec FROM {prefix}flow_parts WHERE flow_id = :flow_id AND idx = :idx;
+
+-- name: flow_results
+SELECT idx, result FROM {prefix}flow_parts WHERE flow_id = :flow_id ORDER BY idx;
+
+-- name: set_flow_job
+UPDATE {prefix}flows SET job_id = :job_id, step = :step WHERE id = :id;
+
+-- name: prune_flow_parts
+-- prune: the parts of flows whose every step or member completed, made more than :age
+-- ago (then prune_flows). A running flow is never pruned, however old.
+DELETE FROM {prefix}flow_parts
+WHERE flow_id IN (SELECT id FROM {prefix}flows WHERE remaining = 0 AND created_at < now() - make_interval(secs => :age));
+
+-- name: prune_flows
+DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < now() - make_interval(secs => :age);
+
+-- name: get_flow
+SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;

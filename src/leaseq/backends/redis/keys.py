@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from leaseq._core.validate import QUEUE_NAME
-from leaseq.errors import ConfigurationError, InvalidQueueName
+from leaseq.errors import ConfigurationError, InvalidArgument, InvalidQueueName
 
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
@@ -22,6 +22,7 @@ QUEUE_PARTS = ("job:", "jobs", "ready", "delayed", "running", "dead", "completed
                "cancelled", "discarded", "unique", "paused", "settings", "finished", "buried")
 SETTINGS = QUEUE_PARTS.index("settings")
 _GLOB = re.compile(r"([*?\[\]\\])")
+_FLOW_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class Keys:
@@ -38,6 +39,7 @@ class Keys:
         self.index = f"{{{prefix}}}:index"
         self.queues = f"{{{prefix}}}:queues"
         self.configured = f"{{{prefix}}}:configured"
+        self.flows = f"{{{prefix}}}:flows"
         # Not a key: the pub/sub channel on which scripts that make jobs due now publish
         # the queue's name (``wake`` in scripts/_common.lua builds the same name from a
         # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.
@@ -65,6 +67,13 @@ class Keys:
         """KEYS of a script on one job: its hash, then its queue's GROUP."""
         group = self.queue(queue)
         return [group[0] + str(int(job_id)), *group]
+
+    def flow(self, flow_id: str) -> str:
+        """The hash of one chain or group (``complete_step.lua`` documents its fields);
+        ``flow_id`` is 32 hex digits, made by the client."""
+        if not isinstance(flow_id, str) or not _FLOW_ID.fullmatch(flow_id):
+            raise InvalidArgument(f"invalid flow id {flow_id!r}")
+        return f"{{{self.prefix}}}:flow:{flow_id}"
 
     def pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every key under this prefix, and no other prefix's

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
+from leaseq._core.flow import FlowLink, FlowState
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -37,10 +38,19 @@ from leaseq._core.job import (
     QueueStats,
 )
 from leaseq._core.validate import decode
-from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome
+from leaseq.backends._flows import encode_step
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
 from leaseq.backends.redis.keys import Keys
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.errors import (
+    BackendError,
     ConfigurationError,
     JobCancelled,
     JobNotFound,
@@ -487,6 +497,102 @@ class RedisOps:
         )
         return [reply == "ok" for reply in replies]
 
+    # -- chains and groups (docs/workflows.md) -------------------------------------------
+
+    def no_flows_on_cluster(self) -> None:
+        """Chains and groups need one script over the job's queue, the ``{P}`` keys, the
+        flow and the next queue: slots apart on a cluster, so they are refused there."""
+        if self.cluster:
+            raise ConfigurationError(
+                "chains and groups need a single Redis server (or SQLite, PostgreSQL or "
+                "MySQL): on Redis Cluster a step's completion and the next step's enqueue "
+                "touch keys of different slots, which one script cannot do atomically"
+            )
+
+    def start_flow(
+        self, flow: NewFlow, jobs: Sequence[NewJob], conn: Any = None
+    ) -> Plan[list[EnqueueResult]]:
+        """The flow hash first, then the jobs (``enqueue``): a crash in between leaves a
+        flow no job names, which nothing reads. A chain's hash then names its first step
+        unless that step completed already (HSETNX: its completion wrote the next)."""
+        refuse_connection(conn)
+        self.no_flows_on_cluster()
+        key = self.k.flow(flow.flow_id)
+        values: list[str | int] = ["kind", flow.kind, "size", flow.size,
+                                   "remaining", flow.size, "step", 0]
+        if flow.then is not None:
+            values += ["then", encode_step(flow.then)]
+        for i, step in enumerate(flow.steps, start=1):
+            values += [f"s:{i}", encode_step(step)]
+        yield Call("HSET", args=(key, *values), command=True)
+        yield Call("ZADD", args=(self.k.flows, (yield from self.server_us()), flow.flow_id),
+                   command=True)
+        results = yield from self.enqueue(jobs)
+        if flow.kind == "chain":
+            yield Call("HSETNX", args=(key, "job_id", results[0].id), command=True)
+        return results
+
+    def complete_steps(self, items: Sequence[StepItem]) -> Plan[list[bool]]:
+        """``complete_step.lua`` per item: each job's completion and follow-up are
+        atomic together (the batch as a whole is not, unlike SQL's one transaction)."""
+        done = []
+        for item in items:
+            done.append((yield from self.complete_step(*item)))
+        return done
+
+    def complete_step(
+        self, job_id: int, token: int, result: str | None, link: FlowLink
+    ) -> Plan[bool]:
+        """One script (``complete_step.lua``) completes the job and enqueues what follows."""
+        self.no_flows_on_cluster()
+        tail = [self.k.ids, self.k.index, self.k.queues, self.k.flow(link.flow_id)]
+        if link.queue is not None:
+            tail += self.k.queue(link.queue)
+        args = (token, opt(result), link.kind, link.index)
+
+        def call(run: list[tuple[int, str]]) -> Call:
+            return Call("complete_step", [*self.k.with_job(run[0][1], job_id), *tail], args)
+
+        [reply] = yield from self.on_jobs([job_id], call, single=True)
+        if reply == "noflow":
+            raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not "
+                               "stored or already complete; nothing was changed")
+        return bool(reply == "ok")
+
+    def server_us(self) -> Plan[int]:
+        """The server's clock in µs (TIME), as scripts read it."""
+        seconds, micros = yield Call("TIME", command=True)
+        return int(seconds) * 1_000_000 + int(micros)
+
+    def prune_flows(self, older_than: float) -> Plan[None]:
+        """Deletes the flows whose every step or member completed, made more than
+        ``older_than`` ago. A finished flow never changes again, so reading one and
+        deleting it need not be atomic; a running one is skipped, however old."""
+        cutoff = (yield from self.server_us()) - us(older_than)
+        kept = 0
+        while True:
+            ids = yield Call("ZRANGEBYSCORE", args=(self.k.flows, "-inf", f"({cutoff}", "LIMIT",
+                                                    kept, ROUND), command=True)
+            for flow_id in ids:
+                key = self.k.flow(flow_id)
+                remaining = yield Call("HGET", args=(key, "remaining"), command=True)
+                if remaining is None or int(remaining) == 0:
+                    yield Call("UNLINK", args=(key,), command=True)
+                    yield Call("ZREM", args=(self.k.flows, flow_id), command=True)
+                else:
+                    kept += 1
+            if len(ids) < ROUND:
+                return
+
+    def get_flow(self, flow_id: str) -> Plan[FlowState | None]:
+        kind, size, remaining, step, job = yield Call(
+            "HMGET", args=(self.k.flow(flow_id), "kind", "size", "remaining", "step",
+                           "job_id"), command=True)
+        if kind is None:
+            return None
+        return FlowState(flow_id, kind, int(size), int(remaining), int(step),
+                         None if job is None else int(job))
+
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Plan[list[RenewOutcome]]:
         def item(i: int) -> tuple[int, int, int]:
             job_id, token, extend = items[i]
@@ -701,6 +807,8 @@ class RedisOps:
         return reclaimed + discarded
 
     def prune(self, older_than: float) -> Plan[int]:
+        """History jobs in rounds; also finished flows (``prune_flows``; not counted)."""
+        yield from self.prune_flows(older_than)
         pruned = 0
         for _, keys in (yield from self.queue_groups()):
             while True:

@@ -433,6 +433,12 @@ DROP TABLE IF EXISTS {prefix}queues;
 -- name: drop_migrations
 DROP TABLE IF EXISTS {prefix}migrations;
 
+-- name: drop_flows
+DROP TABLE IF EXISTS {prefix}flows;
+
+-- name: drop_flow_parts
+DROP TABLE IF EXISTS {prefix}flow_parts;
+
 -- name: completed_tokens
 -- Jobs already completed, with the token that completed them: a retried ack whose first
 -- attempt committed finds its own token here and is a success, not a LeaseLost.
@@ -602,3 +608,43 @@ SELECT (SELECT min((SELECT available_at FROM {prefix}jobs INDEXED BY {prefix}job
        (julianday('now') - 2440587.5) * 86400.0 - s.rate_at
 FROM (SELECT 1) AS one
 LEFT JOIN {prefix}queues AS s ON s.name = :queue;
+
+-- ---------------------------------------------------------------------------------------
+-- Chains and groups (docs/workflows.md; plans in _sql/ops.py, "flows").
+
+-- name: insert_flow
+INSERT INTO {prefix}flows (id, kind, size, remaining, step, job_id, callback)
+VALUES (:id, :kind, :size, :size, 0, :job_id, :callback);
+
+-- name: insert_flow_part
+INSERT INTO {prefix}flow_parts (flow_id, idx, spec, result)
+VALUES (:flow_id, :idx, :spec, :result);
+
+-- name: lock_flow
+-- Serialises the completions of one flow's jobs: a group's members take it in turn, so
+-- the one that brings remaining to 0 is the last and sees every other member's result.
+SELECT remaining, size, callback FROM {prefix}flows WHERE id = :id;
+
+-- name: count_down_flow
+UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id;
+
+-- name: flow_spec
+SELECT spec FROM {prefix}flow_parts WHERE flow_id = :flow_id AND idx = :idx;
+
+-- name: flow_results
+SELECT idx, result FROM {prefix}flow_parts WHERE flow_id = :flow_id ORDER BY idx;
+
+-- name: set_flow_job
+UPDATE {prefix}flows SET job_id = :job_id, step = :step WHERE id = :id;
+
+-- name: prune_flow_parts
+-- prune: the parts of flows whose every step or member completed, made more than :age
+-- ago (then prune_flows). A running flow is never pruned, however old.
+DELETE FROM {prefix}flow_parts
+WHERE flow_id IN (SELECT id FROM {prefix}flows WHERE remaining = 0 AND created_at < (julianday('now') - 2440587.5) * 86400.0 - :age);
+
+-- name: prune_flows
+DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < (julianday('now') - 2440587.5) * 86400.0 - :age;
+
+-- name: get_flow
+SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;

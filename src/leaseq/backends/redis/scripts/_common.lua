@@ -13,6 +13,9 @@
 --                                  was configured
 --   {P}:configured         SET     every queue with a settings row: configured or ever
 --                                  paused (queue_configs lists them; stats shows them)
+--   {P}:flows              ZSET    every chain and group: score = when it was enqueued (µs),
+--                                  member its id (prune reads the oldest)
+--   {P}:flow:<id>          HASH    one chain or group (fields: complete_step.lua)
 --   {P:Q}:job:<id>         HASH    one job, live or historical (fields below)
 --   {P:Q}:jobs             ZSET    every job of the queue, live or historical: score id
 --   {P:Q}:ready            ZSET    available jobs known to be due: score -priority,
