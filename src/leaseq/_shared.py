@@ -207,7 +207,13 @@ class Shared:
         lease: float | timedelta | None = None,
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
+        flow: bool = False,
     ) -> NewJob:
+        if not flow and isinstance(headers, Mapping) and _flow.HEADER in headers:
+            # Its ack would be routed as a step of a chain or group that does not exist.
+            raise InvalidArgument(
+                f"the {_flow.HEADER!r} header is leaseq's own (chains and groups set it); "
+                "name your header otherwise")
         if isinstance(delay, timedelta):
             delay = delay.total_seconds()
         if run_at is not None and delay:

@@ -101,7 +101,7 @@ class Signature:
             headers = dict(item["headers"] or {})
             headers[_flow.HEADER] = _flow.header(link)
             item["headers"] = headers
-        return queue._new_job(**item)
+        return queue._new_job(**item, flow=True)
 
     def __repr__(self) -> str:
         return f"<Signature {self.bound.task.name} args={self.args!r} kwargs={self.kwargs!r}>"

@@ -141,6 +141,7 @@ BAD_HEADERS = {
     "65_entries": {str(i): "" for i in range(65)},
     "over_8_KiB": {"x": "v" * 8192}, "over_8_KiB_in_bytes": {"x": "\u00e9" * 4096},
     "lone_surrogate": {"a": "\ud800"}, "lone_surrogate_key": {"\udfff": "a"},
+    "reserved_flow_header": {"leaseq-flow": "c:0123:0:q"},  # chains and groups set it
 }
 
 
