@@ -183,7 +183,9 @@ def test_a_killed_process_is_replaced_and_every_job_completes(fleet: WorkerFleet
         if job in lost:  # reclaimed after its lease ran out: run again, after the kill
             assert info.attempts == 2 and len(runs) == 2 and runs[1] >= killed_at
         else:
-            assert info.attempts == 1 and len(runs) == 1
+            # Run once. A second attempt is the victim's lease of it, taken with the job it
+            # ran (--concurrency 2) but killed before its handler started.
+            assert len(runs) == 1 and info.attempts in (1, 2)
     assert re.search(rf"pid {victim}\) exited unasked with signal SIGKILL", fleet.output(0))
     wait_for(lambda: fetching(fleet) == 3, timeout=30, message="the replacement fetching")
     text = scrape(fleet)
