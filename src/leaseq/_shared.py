@@ -209,7 +209,8 @@ class Shared:
         headers: Mapping[str, str] | None = None,
         flow: bool = False,
     ) -> NewJob:
-        if not flow and isinstance(headers, Mapping) and _flow.HEADER in headers:
+        if headers is not None and not flow and isinstance(headers, Mapping) \
+                and _flow.HEADER in headers:
             # Its ack would be routed as a step of a chain or group that does not exist.
             raise InvalidArgument(
                 f"the {_flow.HEADER!r} header is leaseq's own (chains and groups set it); "
