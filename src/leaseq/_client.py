@@ -264,7 +264,7 @@ class Queue(Shared):
                 raise InvalidArgument("a job of a chain or group cannot be acked in your "
                                       "transaction (conn=)")
             if not self._backend.complete_steps([(job_id, token, text, link)])[0]:
-                raise self._step_lost(job_id, token)
+                raise LeaseLost.stale(job_id, token)
             self._woken_by([link])
             _results.finished(self._wake_key, (job_id,))
             return
@@ -754,7 +754,7 @@ class AsyncQueue(Shared):
                 raise InvalidArgument("a job of a chain or group cannot be acked in your "
                                       "transaction (conn=)")
             if not (await self._backend.complete_steps([(job_id, token, text, link)]))[0]:
-                raise self._step_lost(job_id, token)
+                raise LeaseLost.stale(job_id, token)
             self._woken_by([link])
             _results.finished(self._wake_key, (job_id,))
             return

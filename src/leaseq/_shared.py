@@ -345,21 +345,12 @@ class Shared:
     def _job_id(job_id: object) -> int:
         return v.integer("job_id", job_id, 1, 2**63 - 1)
 
-    def _batch_items(
-        self, jobs: Iterable[Job | tuple[Job, Any]]
-    ) -> list[tuple[int, int, str | None]]:
-        items = []
-        for entry in jobs:
-            job, result = entry if isinstance(entry, tuple) else (entry, None)
-            items.append((*self._held(job), self._result(result)))
-        return items
-
     def _ack_items(
         self, jobs: Iterable[Job | tuple[Job, Any]]
     ) -> tuple[list[tuple[int, int, str | None]], list[FlowLink | None] | None]:
-        """``_batch_items`` and, when some job belongs to a chain or group, each job's
-        ``FlowLink`` (None for the others); None when no job does, the usual case, which
-        then costs one test per job."""
+        """``ack_many``'s ``(id, token, result)`` items and, when some job belongs to a
+        chain or group, each job's ``FlowLink`` (None for the others); None when no job
+        does, the usual case, which then costs one test per job."""
         items = []
         links: list[FlowLink | None] | None = None
         for entry in jobs:
@@ -389,13 +380,6 @@ class Shared:
         queues = sorted({link.queue for link in links if link is not None and link.queue})
         if queues:
             _wakeup.notify(self._wake_key, queues)
-
-    @staticmethod
-    def _step_lost(job_id: int, token: int) -> LeaseLost:
-        return LeaseLost(
-            f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
-            "re-delivered or finished; nothing was changed"
-        )
 
     def _renewals(self, jobs: Iterable[Job], extend: float | None
                   ) -> tuple[list[Job], list[tuple[int, int, float]]]:

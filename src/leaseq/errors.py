@@ -72,6 +72,12 @@ class LeaseLost(LeaseqError):
     """The lease token is stale: the lease expired and was reclaimed, or the job was
     re-delivered, finished or removed. Nothing was changed."""
 
+    @classmethod
+    def stale(cls, job_id: int, token: int) -> LeaseLost:
+        """The error for ``token`` on job ``job_id``, worded the same by every backend."""
+        return cls(f"lease {token} on job {job_id} is no longer valid: the job was "
+                   "reclaimed, re-delivered or finished; nothing was changed")
+
 
 class JobCancelled(LeaseqError):
     """The job was cancelled while it was running; the holder should stop and give it up

@@ -275,10 +275,7 @@ class MemoryBackend:
     def _held(self, job_id: int, token: int) -> _Row:
         r = self.live.get(job_id)
         if r is None or r.state != "running" or r.lease_token != token:
-            raise LeaseLost(
-                f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
-                "re-delivered or finished; nothing was changed"
-            )
+            raise LeaseLost.stale(job_id, token)
         return r
 
     def _touch(self, r: _Row, extend: float) -> TouchLimitExceeded | None:

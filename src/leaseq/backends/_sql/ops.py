@@ -476,22 +476,15 @@ class SqlOps:
         was written either way). Returns ``(lease_until, cancel_requested)``."""
         [outcome] = yield from self.renew_many([(job_id, token, extend)])
         if outcome is None:
-            raise self.lost(job_id, token)
+            raise LeaseLost.stale(job_id, token)
         if isinstance(outcome, TouchLimitExceeded):
             raise outcome
         return outcome
 
-    @staticmethod
-    def lost(job_id: int, token: int) -> LeaseLost:
-        return LeaseLost(
-            f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
-            "re-delivered or finished; nothing was changed"
-        )
-
     def lock_held(self, job_id: int, token: int) -> Plan[tuple[int, int, bool]]:
         r = yield Stmt("lock_held", {"id": job_id, "token": token})
         if not r.rows:
-            raise self.lost(job_id, token)
+            raise LeaseLost.stale(job_id, token)
         attempts, max_attempts, cancel_requested = r.rows[0]
         return attempts, max_attempts, bool(cancel_requested)
 
@@ -503,20 +496,18 @@ class SqlOps:
         """With ``repeatable``, an ack repeated by the lease that completed the job is a
         no-op. Inside a caller's transaction it is not: a retried transaction must fail
         rather than commit its side effects twice."""
-        r = yield Stmt("lock_held", {"id": job_id, "token": token})
-        if not r.rows:
-            if not repeatable:
-                raise self.lost(job_id, token)
-            yield from self.unless_completed_by(job_id, token)
+        if (yield from self.finish_held(job_id, token, result)):
             return
-        yield from self.archive(job_id, "completed", result=result, error=None)
+        if not repeatable:
+            raise LeaseLost.stale(job_id, token)
+        yield from self.unless_completed_by(job_id, token)
 
     def unless_completed_by(self, job_id: int, token: int) -> Plan[None]:
         """Raises ``LeaseLost`` unless this very lease already completed the job (an ack
         retried after its reply was lost is a success, not a stale write)."""
         done = yield from self.completed_by([job_id])
         if done.get(job_id) != token:
-            raise self.lost(job_id, token)
+            raise LeaseLost.stale(job_id, token)
 
     def completed_by(self, job_ids: Sequence[int]) -> Plan[dict[int, int]]:
         r = yield Stmt("completed_tokens", {"ids": self.d.ids(job_ids)})

@@ -80,15 +80,6 @@ class PostgresOps(SqlOps):
             return all(job.unique_key is None for job in jobs) and not escaped_nul(jobs)
         return operation in self.SINGLE
 
-    def complete(
-        self, job_id: int, token: int, result: str | None, repeatable: bool = True
-    ) -> Plan[None]:
-        r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})
-        if not r.rows:
-            if not repeatable:
-                raise self.lost(job_id, token)
-            yield from self.unless_completed_by(job_id, token)
-
     def complete_many(
         self, items: Sequence[tuple[int, int, str | None]]
     ) -> Plan[list[bool]]:
@@ -116,7 +107,8 @@ class PostgresOps(SqlOps):
         return [outcomes.get((job_id, token)) for job_id, token, _ in items]
 
     def finish_held(self, job_id: int, token: int, result: str | None) -> Plan[bool]:
-        # One statement (complete_held) instead of a locking read and two writes.
+        # One statement (complete_held) instead of a locking read and two writes: every
+        # ack (complete, and complete_step of a chain or group) goes through here.
         r = yield Stmt("complete_held", {"id": job_id, "token": token, "result": result})
         return bool(r.rows)
 

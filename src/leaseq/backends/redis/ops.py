@@ -461,10 +461,7 @@ class RedisOps:
         """A fenced script: its reply, or ``LeaseLost`` when the lease is not held."""
         reply = yield from self.on_job(name, job_id, token, *args)
         if reply is None or reply == "lost":
-            raise LeaseLost(
-                f"lease {token} on job {job_id} is no longer valid: the job was reclaimed, "
-                "re-delivered or finished; nothing was changed"
-            )
+            raise LeaseLost.stale(job_id, token)
         return reply
 
     def renew(self, job_id: int, token: int, extend: float) -> Plan[datetime]:
