@@ -18,7 +18,29 @@ def test_all_is_sorted_and_complete() -> None:
     assert leaseq.__all__ == sorted(leaseq.__all__)
     public = {n for n, v in vars(leaseq).items()
               if not n.startswith("_") and not inspect.ismodule(v)}
-    assert public == set(leaseq.__all__)
+    assert public | set(leaseq._LAZY) == set(leaseq.__all__)
+    for name in leaseq.__all__:  # the lazy ones resolve too
+        assert getattr(leaseq, name) is not None, name
+
+
+def test_import_leaves_flows_and_schedules_for_first_use() -> None:
+    """A worker without workflows or schedules starts without importing them (start-up
+    time); they load on first use, by attribute or by ``from leaseq import``."""
+    code = ("import sys, leaseq, leaseq.cli, leaseq.worker;"
+            "assert 'leaseq.flows' not in sys.modules, 'flows';"
+            "assert 'leaseq.schedules' not in sys.modules, 'schedules';"
+            "assert 'cronsim' not in sys.modules, 'cronsim';"
+            "from leaseq import chain, Schedule;"
+            "assert chain is sys.modules['leaseq.flows'].chain;"
+            "assert Schedule is sys.modules['leaseq.schedules'].Schedule;"
+            "assert 'chain' in dir(leaseq)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    try:
+        leaseq.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("a missing name must raise AttributeError")
 
 
 def test_queue_and_async_queue_share_methods_and_signatures() -> None:

@@ -3,6 +3,9 @@
 The public API is exactly the names in ``__all__``.
 """
 
+import importlib
+import typing
+
 from leaseq._client import AsyncQueue, Queue, connect, connect_async
 from leaseq._core.backoff import Backoff
 from leaseq._core.flow import FlowState
@@ -38,11 +41,35 @@ from leaseq.errors import (
     TouchLimitExceeded,
     ValidationError,
 )
-from leaseq.flows import Chain, FlowResult, Group, Signature, chain, group
 from leaseq.outcomes import Bury, Discard, Retry
-from leaseq.schedules import Schedule
 from leaseq.tasks import App, BoundTask, Task
 from leaseq.worker import JobContext, Worker, current_job
+
+if typing.TYPE_CHECKING:
+    from leaseq.flows import Chain, FlowResult, Group, Signature, chain, group
+    from leaseq.schedules import Schedule
+
+# Imported on first use: a worker that runs no workflow and no schedule starts without
+# them (and without cronsim and zoneinfo), which is ~10 ms of every start (docs/design.md).
+_LAZY = {
+    "Chain": "leaseq.flows", "FlowResult": "leaseq.flows", "Group": "leaseq.flows",
+    "Signature": "leaseq.flows", "chain": "leaseq.flows", "group": "leaseq.flows",
+    "Schedule": "leaseq.schedules",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'leaseq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

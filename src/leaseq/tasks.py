@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from leaseq import _results, _typed
 from leaseq._client import AsyncQueue, Queue
@@ -41,8 +41,10 @@ from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
 from leaseq.errors import ConfigurationError, InvalidArgument
-from leaseq.flows import Signature
-from leaseq.schedules import Schedule, new_schedule
+
+if TYPE_CHECKING:
+    from leaseq.flows import Signature
+    from leaseq.schedules import Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -295,6 +297,8 @@ class BoundTask(Generic[P, R]):
         if self.conn is not None:
             raise InvalidArgument(f"{self.task.name}: a step of a chain or group takes no "
                                   "conn=; pass it to the chain's or group's enqueue(conn=...)")
+        from leaseq.flows import Signature  # on first use: most apps have no flows
+
         return Signature(self, args, kwargs)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -514,6 +518,8 @@ class App:
         if not isinstance(task, Task) or task.app is not self:
             raise ConfigurationError(
                 f"app.schedule needs a task of this app (made by @app.task), got {task!r}")
+        from leaseq.schedules import new_schedule  # on first use, with cronsim
+
         declared = new_schedule(task, cron=cron, every=every, tz=tz, kwargs=kwargs,
                                 name=name, catch_up=catch_up)
         if declared.name in self._schedules:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import leaseq
-from leaseq.backends._sql.plan import load_migrations
 from leaseq.cli.dashboard import dashboard as dashboard_command
 from leaseq.cli.schedules import schedules as schedules_command
 
@@ -115,6 +114,8 @@ def migrate(url: str, table_prefix: str) -> None:
 @click.option("--table-prefix", default="leaseq_", show_default=True)
 def schema(dialect: str, table_prefix: str) -> None:
     """Print the DDL, for teams that own their migrations."""
+    from leaseq.backends._sql.plan import load_migrations
+
     leaseq.Settings(table_prefix=table_prefix)  # validates the prefix
     for version, name, statements in load_migrations(DIALECTS[dialect], table_prefix):
         click.echo(f"-- leaseq migration {version:04d}_{name} ({dialect})")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 import click
 
 from leaseq.errors import ConfigurationError
@@ -14,6 +12,8 @@ TOKEN_ENV = "LEASEQ_DASHBOARD_TOKEN"
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
+    import ipaddress  # only `leaseq dashboard` asks
+
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:

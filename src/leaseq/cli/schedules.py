@@ -6,11 +6,12 @@ Reads the app's declarations only; it never connects to the database.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from leaseq.schedules import Schedule
+if TYPE_CHECKING:
+    from leaseq.schedules import Schedule
 
 
 @click.command()

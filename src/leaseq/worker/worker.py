@@ -63,7 +63,6 @@ from leaseq.errors import (
 from leaseq.tasks import App, Task
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
-from leaseq.worker.scheduler import Scheduler
 from leaseq.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
@@ -244,6 +243,8 @@ class Worker:
         if self.app.schedules:
             # Every worker runs every schedule: each tick's job is keyed, so it is
             # enqueued once however many run (docs/schedules.md).
+            from leaseq.worker.scheduler import Scheduler  # only an app with schedules
+
             scheduler = Scheduler(self.app, aq)
             helpers.append(asyncio.create_task(scheduler.run(lambda: self.stopping),
                                                name="leaseq-scheduler"))
