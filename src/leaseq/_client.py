@@ -16,6 +16,7 @@ from typing import Any
 
 from leaseq import _listen, _results, _wakeup
 from leaseq import tracing as _tracing
+from leaseq._aio import wait_event
 from leaseq._conn import acaller_connection, caller_connection
 from leaseq._core import flow as _flow
 from leaseq._core import validate as v
@@ -705,9 +706,7 @@ class AsyncQueue(Shared):
                 left = deadline - time.monotonic()
                 if jobs or left <= 0:
                     return jobs
-                try:
-                    await asyncio.wait_for(woken.wait(), min(pause, left))
-                except asyncio.TimeoutError:
+                if not await wait_event(woken, min(pause, left)):
                     pause = min(pause * 2, POLL_CAP)
                 woken.clear()
         finally:

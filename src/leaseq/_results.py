@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from leaseq import _listen
+from leaseq._aio import wait_event
 from leaseq._core import validate as v
 from leaseq._core.job import EnqueueResult, JobInfo, ResultWaiter
 from leaseq._core.settings import Settings
@@ -308,9 +309,7 @@ async def wait_async(
                     end = due if deadline is None else min(due, deadline)
                     if end <= now:
                         break
-                    try:
-                        await asyncio.wait_for(bell.wait(), end - now)
-                    except asyncio.TimeoutError:
+                    if not await wait_event(bell, end - now):
                         continue
                     bell.clear()
                     due = _next_read(slot, now, read_at, due)

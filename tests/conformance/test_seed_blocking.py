@@ -104,6 +104,24 @@ def test_async_wait_cancelled_claims_nothing(q, url, prefix):
     assert q.stats()["b"].running == 0
 
 
+def test_async_wait_cancelled_as_a_wake_up_arrives_still_raises(q, url, prefix):
+    """The cancel lands in the loop step that sets the wait's wake-up (a push, or the
+    listener's first connect): the wait must still end with CancelledError, not go on to
+    its full time (asyncio.wait_for on Python 3.11 dropped such a cancel)."""
+    async def main() -> None:
+        async with leaseq.connect_async(url, table_prefix=prefix) as aq:
+            waiting = asyncio.ensure_future(aq.dequeue("b", wait=30))
+            await asyncio.sleep(0.2)
+            assert aq._wakers, "the wait registered its wake-up"
+            for woken in list(aq._wakers):
+                woken.set()
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(waiting, 10)
+
+    asyncio.run(main())
+
+
 def test_wait_is_validated(q):
     with pytest.raises(leaseq.InvalidArgument):
         q.dequeue("b", wait=-1)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import random
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq import _hooks, _listen, tracing
 from leaseq import _wakeup as wakeup
+from leaseq._aio import wait_event
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import outcome as decide
 from leaseq._core.job import Job, JobState
@@ -398,8 +398,7 @@ class Worker:
         when a slot frees: that would cut the poll back-off short once per finished job."""
         event = event or self._wake
         assert event is not None
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+        await wait_event(event, timeout)
         event.clear()
 
     def _start(self, aq: AsyncQueue, job: Job, claimed_at: float) -> None:
