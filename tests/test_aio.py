@@ -37,3 +37,16 @@ def test_a_cancel_in_the_step_that_sets_the_event_is_not_lost() -> None:
             await waiting
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_without_a_timeout_a_cancel_is_not_lost_either() -> None:
+    async def main() -> None:
+        event = asyncio.Event()
+        waiting = asyncio.ensure_future(wait_event(event, None))
+        await asyncio.sleep(0.01)
+        event.set()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(asyncio.wait_for(main(), 10))

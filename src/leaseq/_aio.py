@@ -16,6 +16,9 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     """
     if event.is_set():
         return True
+    if timeout is None:  # a plain await loses no cancel, and costs no task
+        await event.wait()
+        return True
     waiter = asyncio.ensure_future(event.wait())
     try:
         await asyncio.wait((waiter,), timeout=timeout)
