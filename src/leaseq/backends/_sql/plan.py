@@ -73,7 +73,8 @@ def load_queries(package: str, prefix: str, paramstyle: str) -> dict[str, str]:
     # pkgutil, not importlib.resources: the same loader-aware read, without the ~5 ms of
     # tempfile, shutil and compression modules that importlib.resources imports.
     data = pkgutil.get_data(package, "queries.sql")
-    assert data is not None, f"{package} has no queries.sql"
+    if data is None:  # a loader that cannot read package data: a broken install
+        raise FileNotFoundError(f"{package}/queries.sql cannot be read")
     text = data.decode("utf-8")
     parts = _NAME.split(text)
     bodies: dict[str, str] = {}
