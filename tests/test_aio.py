@@ -1,11 +1,19 @@
-"""``leaseq._aio.wait_event``: an event wait that never loses its caller's cancellation."""
+"""Waits that end when asked: ``leaseq._aio.wait_event`` never loses its caller's cancel,
+and a blocking dequeue stops its push listener even when the listener loses one."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+import leaseq
+from leaseq import _listen
 from leaseq._aio import wait_event
 
 
@@ -38,3 +46,52 @@ def test_a_cancel_in_the_step_that_sets_the_event_is_not_lost(timeout: float | N
             await waiting
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+async def _stubborn(url: str, prefix: str, queues: object, wake: object,
+                    stopping: Callable[[], bool]) -> None:
+    """A push listener that loses cancels, as redis-py's pub/sub read now and then does
+    (design §27), and ends only when told to stop."""
+    while not stopping():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def stubborn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_listen, "listener_for", lambda backend: _stubborn)
+
+
+def test_a_cancelled_async_wait_ends_though_its_listener_loses_the_cancel(
+        stubborn: None, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    outcome: list[BaseException] = []
+
+    async def main() -> None:
+        async with leaseq.connect_async(url) as aq:
+            await aq.migrate()
+            waiting = asyncio.ensure_future(aq.dequeue("b", wait=30))
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            try:
+                await waiting
+            except BaseException as exc:  # the test reads it below
+                outcome.append(exc)
+
+    # In a thread of its own: a wait that never ends must fail this test, not hang it.
+    runner = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    runner.start()
+    runner.join(timeout=15)
+    assert not runner.is_alive(), "the cancelled wait is still waiting for its listener"
+    assert len(outcome) == 1 and isinstance(outcome[0], asyncio.CancelledError), outcome
+
+
+def test_a_sync_wait_stops_its_listener_though_it_loses_the_cancel(
+        stubborn: None, tmp_path: Path) -> None:
+    with leaseq.connect(f"sqlite:///{tmp_path / 'q.db'}") as q:
+        q.migrate()
+        assert q.dequeue("b", wait=0.2) == []
+        deadline = time.monotonic() + 3  # InThread.stop() gives up after 5 s
+        while any(t.name == "leaseq-listen" for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the listener thread outlived its wait"
+            time.sleep(0.01)

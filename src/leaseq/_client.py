@@ -212,8 +212,9 @@ class Queue(Shared):
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._waiting.add(woken)
         listener = _listen.listener_for(self.backend)
+        done = threading.Event()
         pushed = None if listener is None else _listen.InThread(
-            listener(self.url, self.settings.table_prefix, names, woken.set, lambda: False))
+            listener(self.url, self.settings.table_prefix, names, woken.set, done.is_set))
         pause = POLL_FIRST
         try:
             while (left := deadline - time.monotonic()) > 0:
@@ -230,6 +231,7 @@ class Queue(Shared):
             self._waiting.discard(woken)
             unsubscribe()
             if pushed is not None:
+                done.set()  # the listener's own exit: a cancel alone can be lost (§27)
                 pushed.stop()
 
     def heartbeat(self, job: Job, *, extend: float | None = None) -> datetime:
@@ -697,8 +699,9 @@ class AsyncQueue(Shared):
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._wakers.add(woken)
         listener = _listen.listener_for(self.backend)
+        done = asyncio.Event()
         pushed = None if listener is None else asyncio.ensure_future(
-            listener(self.url, self.settings.table_prefix, names, woken.set, lambda: False))
+            listener(self.url, self.settings.table_prefix, names, woken.set, done.is_set))
         pause = POLL_FIRST
         try:
             while True:
@@ -713,6 +716,9 @@ class AsyncQueue(Shared):
             self._wakers.discard(woken)
             unsubscribe()
             if pushed is not None:
+                # Told to stop as well as cancelled: redis-py's pub/sub read can drop a
+                # cancel (design §27), and then only the flag ends it, at its next tick.
+                done.set()
                 pushed.cancel()
                 await asyncio.gather(pushed, return_exceptions=True)
 
