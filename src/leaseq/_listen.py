@@ -61,13 +61,16 @@ async def listen(
     await _listen_pg(url, f"{prefix}jobs", heard, wake, stopping)
 
 
-async def listen_done(url: str, prefix: str, finished: Finished) -> None:
+async def listen_done(
+    url: str, prefix: str, finished: Finished, stopping: Callable[[], bool]
+) -> None:
     """LISTEN on ``<prefix>done``, where transactions that finish jobs (completed, dead,
     discarded, cancelled) send the finished ids, comma-separated, once per statement
     (``''``, too many to list: any job may have finished). Calls ``finished(ids)`` per
-    notification and ``finished(None)`` after each (re)connect. Runs until cancelled."""
+    notification and ``finished(None)`` after each (re)connect. Runs until ``stopping()``
+    or cancelled."""
     await _listen_pg(url, f"{prefix}done", lambda payload: finished(job_ids(payload)),
-                     lambda: finished(None), lambda: False)
+                     lambda: finished(None), stopping)
 
 
 async def _listen_pg(
@@ -144,15 +147,17 @@ async def listen_redis(
     await _listen_redis(url, channel, heard, wake, stopping)
 
 
-async def listen_done_redis(url: str, prefix: str, finished: Finished) -> None:
+async def listen_done_redis(
+    url: str, prefix: str, finished: Finished, stopping: Callable[[], bool]
+) -> None:
     """SUBSCRIBE to ``P:done``, where scripts that finish jobs (completed, dead,
     discarded, cancelled) publish the finished ids, comma-separated, once per call; as
     ``listen_done``, with ``listen_redis``'s reconnects (a cluster's PUBLISH reaches
-    every node). Runs until cancelled."""
+    every node). Runs until ``stopping()`` or cancelled."""
     from leaseq.backends.redis.keys import Keys
 
     await _listen_redis(url, Keys(prefix).done, lambda data: finished(job_ids(data)),
-                        lambda: finished(None), lambda: False)
+                        lambda: finished(None), stopping)
 
 
 async def _listen_redis(
@@ -300,10 +305,13 @@ async def listen_sqlite(
         conn.close()
 
 
-async def listen_done_sqlite(url: str, prefix: str, finished: Finished) -> None:
+async def listen_done_sqlite(
+    url: str, prefix: str, finished: Finished, stopping: Callable[[], bool]
+) -> None:
     """``listen_sqlite`` for waiters on results: every commit to the file may have
-    finished a job, so each calls ``finished(None)``. Runs until cancelled."""
-    await listen_sqlite(url, prefix, (), lambda: finished(None), lambda: False)
+    finished a job, so each calls ``finished(None)``. Runs until ``stopping()`` or
+    cancelled."""
+    await listen_sqlite(url, prefix, (), lambda: finished(None), stopping)
 
 
 Listener = Callable[
@@ -320,7 +328,9 @@ def listener_for(backend: str) -> Listener | None:
     return found.get(backend)
 
 
-DoneListener = Callable[[str, str, Finished], Coroutine[Any, Any, None]]
+DoneListener = Callable[
+    [str, str, Finished, Callable[[], bool]], Coroutine[Any, Any, None]
+]
 
 
 def done_listener_for(backend: str) -> DoneListener | None:

@@ -161,7 +161,9 @@ class Hub:
         """Runs the listener until the hub has been idle for ``LINGER`` seconds (or the
         listener gives up), in the ``InThread``'s loop."""
         assert self._listener is not None
-        listener = asyncio.ensure_future(self._listener(self.url, self.prefix, self.finished))
+        done = asyncio.Event()  # told to stop as well as cancelled (design §27)
+        listener = asyncio.ensure_future(
+            self._listener(self.url, self.prefix, self.finished, done.is_set))
         try:
             while not listener.done():
                 await asyncio.wait({listener}, timeout=LINGER_TICK)
@@ -174,6 +176,7 @@ class Hub:
                 log.warning("result wake-ups stopped (%s); waiters poll",
                             listener.exception())
         finally:
+            done.set()
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
             with self._lock:
