@@ -111,8 +111,10 @@ def test_async_wait_cancelled_as_a_wake_up_arrives_still_raises(q, url, prefix):
     async def main() -> None:
         async with leaseq.connect_async(url, table_prefix=prefix) as aq:
             waiting = asyncio.ensure_future(aq.dequeue("b", wait=30))
-            await asyncio.sleep(0.2)
-            assert aq._wakers, "the wait registered its wake-up"
+            deadline = time.monotonic() + 10  # a cluster client's first claim is slower
+            while not aq._wakers:  # the wait's first claim is done and its wake-up armed
+                assert time.monotonic() < deadline, "the wait never armed its wake-up"
+                await asyncio.sleep(0.01)
             for woken in list(aq._wakers):
                 woken.set()
             waiting.cancel()
