@@ -197,7 +197,7 @@ async def _listen_redis(
         try:
             try:
                 async with client.pubsub() as pubsub:
-                    await _subscribe(pubsub, channel)
+                    await _subscribe(pubsub, channel, stopping)
                     pause, refused = 0.5, False
                     connected()
                     await _relay(pubsub, heard, stopping)
@@ -221,15 +221,18 @@ async def _listen_redis(
             pause = min(pause * 2, 30.0)
 
 
-async def _subscribe(pubsub: Any, channel: str) -> None:
+async def _subscribe(pubsub: Any, channel: str, stopping: Callable[[], bool]) -> None:
     """SUBSCRIBE, and wait for the server's confirmation: a wake-up sent before the
-    subscription is in place could miss a job enqueued in between."""
+    subscription is in place could miss a job enqueued in between. Returns early when
+    ``stopping()``: a cancel of this wait can be lost inside redis-py (design §27)."""
     await pubsub.subscribe(channel)
     deadline = asyncio.get_running_loop().time() + REDIS_PING_TIMEOUT
-    while asyncio.get_running_loop().time() < deadline:
+    while asyncio.get_running_loop().time() < deadline and not stopping():
         message = await pubsub.get_message(timeout=REDIS_TICK)
         if message is not None and message["type"] == "subscribe":
             return
+    if stopping():
+        return
     raise TimeoutError(f"no reply to SUBSCRIBE {channel} in {REDIS_PING_TIMEOUT:g} s")
 
 
