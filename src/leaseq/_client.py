@@ -716,8 +716,8 @@ class AsyncQueue(Shared):
             self._wakers.discard(woken)
             unsubscribe()
             if pushed is not None:
-                # Told to stop as well as cancelled: redis-py's pub/sub read can drop a
-                # cancel (design §27), and then only the flag ends it, at its next tick.
+                # Told to stop as well as cancelled: on Python 3.11 a cancel can be lost
+                # inside redis-py (design §27), and then the flag ends it at its next tick.
                 done.set()
                 pushed.cancel()
                 await asyncio.gather(pushed, return_exceptions=True)
