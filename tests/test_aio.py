@@ -50,8 +50,8 @@ def test_a_cancel_in_the_step_that_sets_the_event_is_not_lost(timeout: float | N
 
 async def _stubborn(url: str, prefix: str, queues: object, wake: object,
                     stopping: Callable[[], bool]) -> None:
-    """A push listener that loses cancels, as redis-py's pub/sub read now and then does
-    (design §27), and ends only when told to stop."""
+    """A push listener that loses every cancel, as a cancel lost inside redis-py on
+    Python 3.11 makes one (design §27), and ends only when told to stop."""
     while not stopping():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0.02)

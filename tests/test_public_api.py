@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import leaseq
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,12 +37,8 @@ def test_import_leaves_flows_and_schedules_for_first_use() -> None:
             "assert Schedule is sys.modules['leaseq.schedules'].Schedule;"
             "assert 'chain' in dir(leaseq)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-    try:
+    with pytest.raises(AttributeError, match="no_such_name"):
         leaseq.no_such_name  # type: ignore[attr-defined]  # noqa: B018
-    except AttributeError as exc:
-        assert "no_such_name" in str(exc)
-    else:
-        raise AssertionError("a missing name must raise AttributeError")
 
 
 def test_queue_and_async_queue_share_methods_and_signatures() -> None:
