@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
 from leaseq import _listen
@@ -252,24 +252,19 @@ def wait(
         waking.add(bell)
     try:
         with where.watch(job_id, bell.set) as slot:
-            pause = POLL_FIRST
-            while True:
-                read_at = time.monotonic()
-                info = get(job_id)
-                if settled(info):
-                    return outcome(info)
-                if deadline is not None and read_at >= deadline:
-                    raise _timed_out(info, timeout)
-                due = read_at + pause
-                pause = min(pause * 2, POLL_CAP)
-                while (now := time.monotonic()) < due:
-                    end = due if deadline is None else min(due, deadline)
-                    if end <= now:
-                        break  # the deadline: one last read, then TimeoutError
-                    if not bell.wait(end - now):
-                        continue
-                    bell.clear()
-                    due = _next_read(slot, now, read_at, due)
+            steps = _pacing(slot, deadline, timeout)
+            try:  # caught here, not through watch(): StopIteration carries the outcome
+                step = next(steps)
+                while True:
+                    if step is None:
+                        step = steps.send(get(job_id))
+                    else:
+                        rung = bell.wait(step)
+                        if rung:
+                            bell.clear()
+                        step = steps.send(rung)
+            except StopIteration as finished:
+                return finished.value
     finally:
         if waking is not None:
             waking.discard(bell)
@@ -298,27 +293,48 @@ async def wait_async(
         waking.add(bell)
     try:
         with where.watch(job_id, ring) as slot:
-            pause = POLL_FIRST
-            while True:
-                read_at = time.monotonic()
-                info = await get(job_id)
-                if settled(info):
-                    return outcome(info)
-                if deadline is not None and read_at >= deadline:
-                    raise _timed_out(info, timeout)
-                due = read_at + pause
-                pause = min(pause * 2, POLL_CAP)
-                while (now := time.monotonic()) < due:
-                    end = due if deadline is None else min(due, deadline)
-                    if end <= now:
-                        break
-                    if not await wait_event(bell, end - now):
-                        continue
-                    bell.clear()
-                    due = _next_read(slot, now, read_at, due)
+            steps = _pacing(slot, deadline, timeout)
+            try:  # caught here, not through watch(): StopIteration carries the outcome
+                step = next(steps)
+                while True:
+                    if step is None:
+                        step = steps.send(await get(job_id))
+                    else:
+                        rung = await wait_event(bell, step)
+                        if rung:
+                            bell.clear()
+                        step = steps.send(rung)
+            except StopIteration as finished:
+                return finished.value
     finally:
         if waking is not None:
             waking.discard(bell)
+
+
+def _pacing(
+    slot: Slot, deadline: float | None, timeout: float | None
+) -> Generator[float | None, Any, Any]:
+    """The decisions of ``wait`` and ``wait_async``, which differ only in how they read
+    and sleep: yields None for a read of the job (send the ``JobInfo``) or seconds to
+    sleep unless rung (send True when rung); returns the outcome, or raises
+    ``JobFailed`` or ``TimeoutError``. Reads back off from ``POLL_FIRST`` to
+    ``POLL_CAP``; a ring brings the next read forward (``_next_read``)."""
+    pause = POLL_FIRST
+    while True:
+        read_at = time.monotonic()
+        info = yield None
+        if settled(info):
+            return outcome(info)
+        if deadline is not None and read_at >= deadline:
+            raise _timed_out(info, timeout)
+        due = read_at + pause
+        pause = min(pause * 2, POLL_CAP)
+        while (now := time.monotonic()) < due:
+            end = due if deadline is None else min(due, deadline)
+            if end <= now:
+                break  # the deadline: one last read, then TimeoutError
+            if (yield end - now):
+                due = _next_read(slot, now, read_at, due)
 
 
 def _final(info: JobInfo, timeout: float | None) -> Any:
