@@ -21,11 +21,17 @@ POSTGRES_URL = os.environ.get("LEASEQ_TEST_POSTGRES", "postgresql://postgres@127
 MYSQL_URL = os.environ.get("LEASEQ_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
 REDIS_URL = os.environ.get("LEASEQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 REDIS_CLUSTER_URL = os.environ.get("LEASEQ_TEST_REDIS_CLUSTER", "redis+cluster://127.0.0.1:7001")
+# The same PostgreSQL through a transaction-mode PgBouncer (scripts/services starts it).
+PGBOUNCER_URL = os.environ.get("LEASEQ_TEST_PGBOUNCER",
+                               "postgresql://postgres@127.0.0.1:6432/test?pgbouncer=true")
 SQL_BACKENDS = ["sqlite", "postgres", "mysql"]
 BACKENDS = ["memory", *SQL_BACKENDS, "redis"]
-# The conformance suite also runs on a 3-master Redis Cluster (scripts/services starts it);
-# the other tests that take ``q`` do not, to keep the suite's time.
-CONFORMANCE_BACKENDS = [*BACKENDS, "redis_cluster"]
+# The conformance suite also runs on a 3-master Redis Cluster and on PostgreSQL through a
+# transaction-mode PgBouncer (scripts/services starts both); the other tests that take
+# ``q`` do not, to keep the suite's time.
+CONFORMANCE_BACKENDS = [*BACKENDS, "redis_cluster", "postgres_pgbouncer"]
+ENGINES = {"postgres_pgbouncer": "postgres", "redis_cluster": "redis"}
+"""A test backend's ``Queue.backend`` name, where the two differ."""
 
 
 def new_prefix() -> str:
@@ -46,6 +52,8 @@ def backend_url(backend: str, tmp_dir: str) -> str:
         return REDIS_URL
     if backend == "redis_cluster":
         return REDIS_CLUSTER_URL
+    if backend == "postgres_pgbouncer":
+        return PGBOUNCER_URL
     raise ValueError(backend)
 
 
@@ -56,6 +64,14 @@ def reachable(backend: str) -> str | None:
             import psycopg
 
             psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+        elif backend == "postgres_pgbouncer":
+            import psycopg
+
+            from leaseq.backends.postgres.url import parse
+
+            with psycopg.connect(parse(PGBOUNCER_URL).dsn, connect_timeout=3,
+                                 prepare_threshold=None) as conn:
+                conn.execute("SELECT 1")
         elif backend == "mysql":
             import pymysql
 
@@ -84,7 +100,7 @@ def drop_tables(backend: str, prefix: str) -> None:
     """Remove the tables a test created under ``prefix``."""
     tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues", "flows",
                                        "flow_parts")]
-    if backend == "postgres":
+    if backend in ("postgres", "postgres_pgbouncer"):  # the same server
         import psycopg
 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:

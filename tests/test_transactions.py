@@ -21,6 +21,7 @@ import leaseq
 from tests.conftest import require
 from tests.helpers import (
     MYSQL_URL,
+    PGBOUNCER_URL,
     POSTGRES_URL,
     REDIS_URL,
     SQL_BACKENDS,
@@ -47,6 +48,12 @@ def open_connection(backend: str, url: str) -> Any:
         import psycopg
 
         return psycopg.connect(POSTGRES_URL)
+    if backend == "postgres_pgbouncer":  # the caller's own connection, through PgBouncer
+        import psycopg
+
+        from leaseq.backends.postgres.url import parse
+
+        return psycopg.connect(parse(PGBOUNCER_URL).dsn)
     if backend == "mysql":
         import pymysql
 

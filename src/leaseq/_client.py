@@ -212,9 +212,10 @@ class Queue(Shared):
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._waiting.add(woken)
         listener = _listen.listener_for(self.backend)
+        url = None if listener is None else self._push_url()
         done = threading.Event()
-        pushed = None if listener is None else _listen.InThread(
-            listener(self.url, self.settings.table_prefix, names, woken.set, done.is_set))
+        pushed = None if listener is None or url is None else _listen.InThread(
+            listener(url, self.settings.table_prefix, names, woken.set, done.is_set))
         pause = POLL_FIRST
         try:
             while (left := deadline - time.monotonic()) > 0:
@@ -699,9 +700,10 @@ class AsyncQueue(Shared):
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._wakers.add(woken)
         listener = _listen.listener_for(self.backend)
+        url = None if listener is None else self._push_url()
         done = asyncio.Event()
-        pushed = None if listener is None else asyncio.ensure_future(
-            listener(self.url, self.settings.table_prefix, names, woken.set, done.is_set))
+        pushed = None if listener is None or url is None else asyncio.ensure_future(
+            listener(url, self.settings.table_prefix, names, woken.set, done.is_set))
         pause = POLL_FIRST
         try:
             while True:

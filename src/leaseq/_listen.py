@@ -14,6 +14,10 @@ ways: PostgreSQL ``<prefix>done`` and Redis ``<prefix>:done`` carry the ids of t
 statement or script finished (one message per batch of acks), and on SQLite any commit
 may have finished one.
 
+Each client says which URL its listeners use (``push_url``): the client's own, a
+PostgreSQL ``listen_url``, or none behind a transaction pooler (``pgbouncer=true``)
+without one, where every wait polls.
+
 Every listener is a hint, not a correctness mechanism: while it is down the worker's
 polling covers the gap, and it reconnects with backoff, waking the worker once on each
 reconnect to catch up on anything sent meanwhile.
@@ -41,6 +45,42 @@ REDIS_CONNECT_TIMEOUT = 5.0  # a connect to an unreachable host fails, and is tr
 REDIS_TICK = 1.0  # how often an idle listener looks at stopping() and its keepalive
 REDIS_QUIET = 30.0  # this long without a message, the listener PINGs the server...
 REDIS_PING_TIMEOUT = 10.0  # ...and reconnects when the reply does not come this soon
+
+
+def push_url(url: str, listen_url: str | None) -> str | None:
+    """The URL the push wake-ups of a client of ``url`` listen on, None when they cannot.
+
+    PostgreSQL: ``listen_url`` (the ``Settings`` field, else the URL's ``listen_url=``
+    parameter), else the URL itself without leaseq's parameters; but never a URL that
+    says ``pgbouncer=true``: a transaction pooler lends each transaction whichever server
+    connection is free, and a LISTEN made on one is heard by nobody after it (None then:
+    the waits poll). Other backends listen on ``url`` and take no ``listen_url``.
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("postgresql", "postgres"):
+        if listen_url is not None:
+            from leaseq.errors import ConfigurationError
+
+            raise ConfigurationError("listen_url is for PostgreSQL URLs only: the other "
+                                     "backends listen on the client's own URL")
+        return url
+    from leaseq.backends.postgres.url import listen_target, parse
+
+    target = parse(url)
+    if listen_url is not None:
+        return listen_target(listen_url)
+    if target.listen_url is not None:
+        return target.listen_url
+    return None if target.pgbouncer else target.dsn
+
+
+NO_PUSH = (
+    "pgbouncer=true without a listen_url: push wake-ups need a session, so this client's "
+    "waits poll (a worker picks up a new job within its poll interval, 1 s by default; a "
+    "blocking dequeue within 20 ms; a result wait within 0.5 s); add listen_url=<direct "
+    "URL, URL-encoded> to the URL or pass listen_url= for push wake-ups"
+)
+"""Logged once per client that would listen but cannot (``Shared.push_url``)."""
 
 
 async def listen(

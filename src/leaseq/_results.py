@@ -109,9 +109,9 @@ class Slot:
 class Hub:
     """The waiters of one process on one database, and the listener that wakes them."""
 
-    def __init__(self, url: str, prefix: str, backend: str) -> None:
-        self.url, self.prefix = url, prefix
-        self._listener = _listen.done_listener_for(backend)
+    def __init__(self, url: str | None, prefix: str, backend: str) -> None:
+        self.url, self.prefix = url, prefix  # url: where to listen, None to poll only
+        self._listener = None if url is None else _listen.done_listener_for(backend)
         self._lock = threading.Lock()
         self._slots: dict[int, list[Slot]] = {}
         self._thread: _listen.InThread | None = None
@@ -160,7 +160,7 @@ class Hub:
     async def _serve(self, generation: int) -> None:
         """Runs the listener until the hub has been idle for ``LINGER`` seconds (or the
         listener gives up), in the ``InThread``'s loop."""
-        assert self._listener is not None
+        assert self._listener is not None and self.url is not None
         done = asyncio.Event()  # told to stop as well as cancelled (design §27)
         listener = asyncio.ensure_future(
             self._listener(self.url, self.prefix, self.finished, done.is_set))
@@ -196,12 +196,14 @@ _hubs: dict[tuple[str, str], Hub] = {}
 _hubs_lock = threading.Lock()
 
 
-def hub(url: str, prefix: str, backend: str) -> Hub:
-    """The process's hub for the database at ``url`` under table prefix ``prefix``."""
+def hub(url: str, prefix: str, backend: str, listen_url: str | None) -> Hub:
+    """The process's hub for the database at ``url`` under table prefix ``prefix``; its
+    listener listens on ``listen_url`` (the client's ``listen_url``; None: the waiters
+    poll)."""
     found = _hubs.get((url, prefix))
     if found is None:
         with _hubs_lock:
-            found = _hubs.setdefault((url, prefix), Hub(url, prefix, backend))
+            found = _hubs.setdefault((url, prefix), Hub(listen_url, prefix, backend))
     return found
 
 
@@ -377,6 +379,8 @@ class SyncClient(Protocol):
 
     def wait(self, job_id: int, timeout: float | None = None) -> Any: ...
 
+    def _results_hub(self, backend: str) -> Hub: ...
+
 
 class AsyncClient(Protocol):
     """What the waiters need of an ``AsyncQueue``."""
@@ -400,7 +404,7 @@ class QueueWaiter:
         def get(job: int) -> Awaitable[JobInfo]:
             return asyncio.to_thread(queue.get, job)
 
-        where = hub(queue.url, queue.settings.table_prefix, queue.backend)
+        where = queue._results_hub(queue.backend)
         return await wait_async(get, where, job_id, check_timeout(timeout))
 
 

@@ -8,6 +8,7 @@ they cannot drift apart. Queue settings stored in the database are cached per cl
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import socket
 import threading
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseq import _results, _wakeup
+from leaseq import _listen, _results, _wakeup
 from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
@@ -59,6 +60,8 @@ _ENQUEUE_KEYS = frozenset({
     "lease", "unique_for", "headers",
 })
 PEEK_STATES: tuple[PeekState, ...] = ("available", "scheduled", "dead")
+
+_log = logging.getLogger("leaseq")
 
 
 class Keep(enum.Enum):
@@ -137,6 +140,8 @@ class Shared:
         # Integrations (leaseq.contrib.django) set this: a callable giving the connection
         # an enqueue or ack without ``conn=`` joins, or None to use leaseq's own pool.
         self.default_conn: Callable[[], Any] | None = None
+        self._listen_url = _listen.push_url(url, settings.listen_url)
+        self._said_no_push = False
 
     # -- queue settings cache -------------------------------------------------------------
 
@@ -409,9 +414,24 @@ class Shared:
 
     # -- results ----------------------------------------------------------------------------
 
+    @property
+    def listen_url(self) -> str | None:
+        """The URL this client's push wake-ups listen on (the worker's, a blocking
+        ``dequeue``'s, result waits'), or None when they poll: ``pgbouncer=true`` without
+        a ``listen_url``."""
+        return self._listen_url
+
+    def _push_url(self) -> str | None:
+        """``listen_url`` for a listener about to start; the first time it is None, says
+        so in the log (once per client)."""
+        if self._listen_url is None and not self._said_no_push:
+            self._said_no_push = True
+            _log.warning("%s: %s", self, _listen.NO_PUSH)
+        return self._listen_url
+
     def _results_hub(self, backend: str) -> _results.Hub:
         """The waiters of this process on this client's database (of kind ``backend``)."""
-        return _results.hub(self.url, self.settings.table_prefix, backend)
+        return _results.hub(self.url, self.settings.table_prefix, backend, self._push_url())
 
     def _finished_items(
         self, items: Sequence[tuple[int, int, str | None]], done: Sequence[bool]

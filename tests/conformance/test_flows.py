@@ -23,6 +23,7 @@ import pytest
 import leaseq
 import leaseq.testing
 from tests.conformance._util import take
+from tests.helpers import ENGINES
 
 QUEUE = "flows"
 
@@ -259,7 +260,7 @@ def test_prune_deletes_finished_flows_and_keeps_running_ones(app, q):
 def test_a_flow_enqueued_in_a_callers_transaction_exists_only_if_it_commits(
     app, q, backend, url
 ):
-    if backend not in ("sqlite", "postgres", "mysql"):
+    if ENGINES.get(backend, backend) not in ("sqlite", "postgres", "mysql"):
         with pytest.raises(leaseq.ConfigurationError):
             leaseq.chain(app.tasks["add"].s(1)).enqueue(conn=object())
         return

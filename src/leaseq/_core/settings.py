@@ -35,6 +35,12 @@ class Settings:
             ``conn=`` enqueues never take part. False writes each call in a transaction
             of its own. Defaults to True (the memory backend, which has no commit to
             share, always writes directly).
+        listen_url: PostgreSQL only: the URL the push wake-ups' LISTEN connections use
+            (workers, blocking ``dequeue``, result waits), reaching the server directly or
+            through a session-mode pooler. Needed for push behind a transaction pooler
+            (``pgbouncer=true`` in the URL), which polls without it; the URL's own
+            ``listen_url=`` parameter (URL-encoded) does the same. Defaults to None: the
+            client's URL.
     """
 
     lease: float = 30.0
@@ -46,6 +52,7 @@ class Settings:
     reclaim_interval: float | None = 1.0
     table_prefix: str = "leaseq_"
     group_commit: bool = True
+    listen_url: str | None = field(default=None, repr=False)  # may hold a password
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> ConfigurationError:
@@ -71,3 +78,7 @@ class Settings:
             raise bad("table_prefix", "1-40 characters of a-z 0-9 _, not starting with a digit")
         if not isinstance(self.group_commit, bool):
             raise bad("group_commit", "True or False")
+        if self.listen_url is not None and not (
+            isinstance(self.listen_url, str) and "://" in self.listen_url
+        ):
+            raise ConfigurationError("listen_url must be None or a postgresql:// URL")

@@ -248,7 +248,7 @@ class Worker:
             scheduler = Scheduler(self.app, aq)
             helpers.append(asyncio.create_task(scheduler.run(lambda: self.stopping),
                                                name="leaseq-scheduler"))
-        listener = self._listener(aq.backend)
+        listener = self._listener(aq)
         if listener is not None:
             helpers.append(listener)
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
@@ -294,14 +294,16 @@ class Worker:
         if self._loop is not None and self._wake is not None and set(queues) & set(self.queues):
             self._loop.call_soon_threadsafe(self._wake.set)
 
-    def _listener(self, backend: str) -> asyncio.Task[None] | None:
-        """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY, Redis
+    def _listener(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
+        """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY (on the
+        client's ``listen_url``; none behind a transaction pooler without one), Redis
         pub/sub, SQLite's commit counter. The poll stays as the safety net."""
-        subscribe = _listen.listener_for(backend)
-        if subscribe is None:
+        subscribe = _listen.listener_for(aq.backend)
+        url = None if subscribe is None else aq._push_url()
+        if subscribe is None or url is None:
             return None
         return asyncio.create_task(
-            subscribe(self.app.url, self.app.settings.table_prefix, self.queues,
+            subscribe(url, self.app.settings.table_prefix, self.queues,
                       self._wake_soon, lambda: self.stopping),
             name="leaseq-listen",
         )

@@ -21,6 +21,7 @@ from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
+from leaseq.backends.postgres.url import PostgresUrl, parse
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -180,6 +181,44 @@ async def aexecute(
     return Result(rows, cur.rowcount)
 
 
+def execute_unprepared(conn: psycopg.Connection[Any], queries: dict[str, str],
+                       stmt: Stmt) -> Result:
+    """``execute`` on a caller's connection under ``pgbouncer=true``: the connection is
+    the caller's, so its ``prepare_threshold`` is too; leaseq's statements never become
+    server-side prepared statements on it."""
+    cur = conn.execute(queries[stmt.name], stmt.params, prepare=False)
+    rows = cur.fetchall() if cur.description else []
+    return Result(rows, cur.rowcount)
+
+
+async def aexecute_unprepared(
+    conn: psycopg.AsyncConnection[Any], queries: dict[str, str], stmt: Stmt
+) -> Result:
+    """``execute_unprepared`` for an ``AsyncConnection``."""
+    cur = await conn.execute(queries[stmt.name], stmt.params, prepare=False)
+    rows = await cur.fetchall() if cur.description else []
+    return Result(rows, cur.rowcount)
+
+
+POOLER_HINT = (
+    "a transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy) between leaseq and the "
+    "server hands psycopg's server-side prepared statements to other sessions; add "
+    "pgbouncer=true to the URL (and listen_url=<direct URL> for push wake-ups), or use "
+    "session pooling (docs/scaling.md, Connection poolers)"
+)
+
+
+def pooled_prepare(exc: BaseException) -> bool:
+    """True for the errors of psycopg's prepared statements on a connection a
+    transaction pooler shares: a name another session made (42P05), a name this server
+    connection has not got (26000), or another session's statement of the same name
+    bound with this one's parameters (08P01, "bind message supplies ...")."""
+    if isinstance(exc, (pg_errors.DuplicatePreparedStatement,
+                        pg_errors.InvalidSqlStatementName)):
+        return True
+    return isinstance(exc, pg_errors.ProtocolViolation) and "prepared statement" in str(exc)
+
+
 def retryable(exc: BaseException) -> bool:
     return isinstance(exc, RETRYABLE)
 
@@ -187,7 +226,8 @@ def retryable(exc: BaseException) -> bool:
 def disconnected(exc: BaseException) -> bool:
     """The server went away: connection errors (class 08), an administrator's
     termination or shutdown (57P01-57P03), or a connection that died without a code."""
-    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, RETRYABLE):
+    if (not isinstance(exc, psycopg.OperationalError) or isinstance(exc, RETRYABLE)
+            or pooled_prepare(exc)):
         return False
     state = exc.sqlstate or ""
     return not state or state.startswith("08") or state in ("57P01", "57P02", "57P03")
@@ -198,6 +238,8 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
         return exc
     if isinstance(exc, RETRYABLE):
         return BackendError(f"PostgreSQL at {where} kept reporting conflicts, gave up: {exc}")
+    if pooled_prepare(exc):
+        return ConfigurationError(f"PostgreSQL at {where}: {exc}: {POOLER_HINT}")
     if isinstance(exc, pg_errors.UndefinedTable):
         return SchemaMissing(f"leaseq tables missing in {where} ({exc}): run `leaseq migrate`")
     if isinstance(exc, (pg_errors.InvalidPassword, pg_errors.InvalidAuthorizationSpecification)):
@@ -235,21 +277,32 @@ def _where(url: str) -> str:
     return url.split("@")[-1]
 
 
+def connection_options(target: PostgresUrl) -> dict[str, Any]:
+    """psycopg options of every connection leaseq opens: behind a transaction pooler
+    (``pgbouncer=true``) no statement is ever prepared on the server, since the next
+    transaction may run on another server connection that has not got it, or has another
+    client's statement of the same name."""
+    return {"prepare_threshold": None} if target.pgbouncer else {}
+
+
 class PostgresRunner(SyncRunner):
-    def __init__(self, url: str, dialect: PostgresDialect, settings: Settings) -> None:
-        self.url, self.d = url, dialect
-        self.where = _where(url)
+    def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
+        self.target, self.d, self.url = url, dialect, url.dsn
+        self.where = _where(url.dsn)
+        options = connection_options(url)
         try:
             # Connect once up front: a wrong URL fails here with its real reason, not as a
             # pool timeout later.
-            psycopg.connect(url, connect_timeout=max(1, int(settings.connect_timeout))).close()
+            psycopg.connect(url.dsn, connect_timeout=max(1, int(settings.connect_timeout)),
+                            **options).close()
         except Exception as exc:
             raise translate(exc, self.where) from exc
         # Autocommit: a one-statement plan needs no BEGIN/COMMIT round trips; others run
         # in an explicit transaction.
-        self.pool = ConnectionPool(url, min_size=1, max_size=settings.pool_size,
+        self.pool = ConnectionPool(url.dsn, min_size=1, max_size=settings.pool_size,
                                    timeout=settings.connect_timeout, open=True,
-                                   kwargs={"autocommit": True}, name="leaseq")
+                                   kwargs={"autocommit": True, **options}, name="leaseq")
+        self._in_caller = execute_unprepared if url.pgbouncer else execute
 
     def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         with self.pool.connection() as conn:
@@ -259,10 +312,11 @@ class PostgresRunner(SyncRunner):
                 return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
 
     def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        run = self._in_caller
         if caller_mode(conn, psycopg.Connection):
             with conn.transaction():  # a savepoint inside the caller's transaction
-                return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
-        return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+                return drive(plan, lambda stmt: run(conn, self.d.q, stmt))
+        return drive(plan, lambda stmt: run(conn, self.d.q, stmt))
 
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc)
@@ -299,15 +353,17 @@ class PostgresRunner(SyncRunner):
 
 
 class AsyncPostgresRunner(AsyncRunner):
-    def __init__(self, url: str, dialect: PostgresDialect, settings: Settings) -> None:
-        self.url, self.d, self.settings = url, dialect, settings
-        self.where = _where(url)
+    def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
+        self.target, self.d, self.settings, self.url = url, dialect, settings, url.dsn
+        self.where = _where(url.dsn)
+        self._options = connection_options(url)
+        self._in_caller = aexecute_unprepared if url.pgbouncer else aexecute
 
     async def open_pool(self) -> AsyncConnectionPool:
         pool = AsyncConnectionPool(
             self.url, min_size=1, max_size=self.settings.pool_size,
             timeout=self.settings.connect_timeout, open=False,
-            kwargs={"autocommit": True}, name="leaseq-async",
+            kwargs={"autocommit": True, **self._options}, name="leaseq-async",
         )
         # The pool connects in the background and retries until its timeout, so a wrong
         # URL would surface late as a bare PoolTimeout; one connection of our own, made
@@ -315,7 +371,8 @@ class AsyncPostgresRunner(AsyncRunner):
         await pool.open(wait=False)
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self.url, connect_timeout=max(1, int(self.settings.connect_timeout))
+                self.url, connect_timeout=max(1, int(self.settings.connect_timeout)),
+                **self._options,
             )
             await conn.close()
         except Exception as exc:
@@ -332,10 +389,11 @@ class AsyncPostgresRunner(AsyncRunner):
                 return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
 
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
+        run = self._in_caller
         if caller_mode(conn, psycopg.AsyncConnection):
             async with conn.transaction():
-                return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
-        return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+                return await self.adrive(plan, lambda stmt: run(conn, self.d.q, stmt))
+        return await self.adrive(plan, lambda stmt: run(conn, self.d.q, stmt))
 
     def retryable(self, exc: BaseException) -> bool:
         return retryable(exc)
@@ -352,7 +410,7 @@ class AsyncPostgresRunner(AsyncRunner):
 
     async def migrate(self) -> None:
         # DDL is rare and short: run it with the sync code in a thread.
-        runner = PostgresRunner(self.url, self.d, self.settings)
+        runner = PostgresRunner(self.target, self.d, self.settings)
         try:
             await asyncio.to_thread(runner.migrate)
         finally:
@@ -365,5 +423,7 @@ class AsyncPostgresRunner(AsyncRunner):
 
 def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
     dialect = PostgresDialect(settings.table_prefix)
-    runner: Any = (AsyncPostgresRunner if use_async else PostgresRunner)(url, dialect, settings)
+    target = parse(url)  # pgbouncer= and listen_url= are leaseq's, not libpq's
+    runner: Any = (AsyncPostgresRunner if use_async else PostgresRunner)(target, dialect,
+                                                                         settings)
     return SqlBackend("postgres", PostgresOps(dialect), runner)

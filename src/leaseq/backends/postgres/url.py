@@ -1,0 +1,86 @@
+"""leaseq's own options in a PostgreSQL URL, taken out before psycopg sees it (libpq
+refuses query parameters it does not know).
+
+``pgbouncer=true`` (Prisma's spelling) says a transaction-mode pooler (PgBouncer,
+Supavisor, RDS Proxy) sits between leaseq and the server: no server-side prepared
+statements then, and no LISTEN on the pooled URL. ``listen_url=`` (URL-encoded) names a
+direct or session-pooled URL for the push wake-ups' LISTEN connections. Only the standard
+library here: the clients read these options without importing psycopg.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
+
+from leaseq.errors import ConfigurationError
+
+FLAG = "pgbouncer"
+LISTEN = "listen_url"
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class PostgresUrl:
+    """A PostgreSQL URL with leaseq's options taken out.
+
+    Attributes:
+        dsn: The URL psycopg connects with: the given one without ``pgbouncer`` and
+            ``listen_url``, every other parameter as it was written.
+        pgbouncer: True when the URL says ``pgbouncer=true``.
+        listen_url: The URL's ``listen_url``, decoded and checked, or None.
+    """
+
+    dsn: str
+    pgbouncer: bool = False
+    listen_url: str | None = None
+
+
+def parse(url: str) -> PostgresUrl:
+    """Splits leaseq's options off ``url``; raises ``ConfigurationError`` for a
+    ``pgbouncer`` value that is not a boolean or a ``listen_url`` that cannot listen."""
+    base, sep, query = url.partition("?")
+    if not sep or (FLAG not in query and LISTEN not in query):
+        return PostgresUrl(url)
+    kept: list[str] = []
+    pgbouncer, listen = False, None
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        name = unquote_plus(key)
+        if name == FLAG:
+            pgbouncer = _flag(unquote_plus(value))
+        elif name == LISTEN:
+            listen = listen_target(unquote_plus(value))
+        else:
+            kept.append(part)
+    dsn = f"{base}?{'&'.join(kept)}" if kept else base
+    return PostgresUrl(dsn, pgbouncer, listen)
+
+
+def listen_target(url: str) -> str:
+    """The URL a LISTEN connection uses for the ``listen_url`` option ``url``: a
+    PostgreSQL URL reaching a session (the server itself, or a session-mode pooler)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in ("postgresql", "postgres"):
+        raise ConfigurationError(
+            "listen_url must be a postgresql:// URL that reaches the server directly or "
+            "through a session-mode pooler"
+        )
+    inner = parse(url)
+    if inner.pgbouncer:
+        raise ConfigurationError(
+            "listen_url must not say pgbouncer=true: LISTEN needs a session of its own, "
+            "so point it at the server directly or at a session-mode pooler"
+        )
+    return inner.dsn
+
+
+def _flag(value: str) -> bool:
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigurationError(f"pgbouncer must be true or false in a PostgreSQL URL, got "
+                             f"{value!r}")
