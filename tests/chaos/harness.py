@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import leaseq
-from tests.helpers import MYSQL_URL, POSTGRES_URL, REDIS_URL, drop_tables, new_prefix
+from tests.helpers import (
+    MYSQL_URL,
+    PGBOUNCER_URL,
+    POSTGRES_URL,
+    REDIS_URL,
+    drop_tables,
+    new_prefix,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,10 +67,12 @@ class Chaos:
         self.rng = random.Random(seed)
         self.prefix = new_prefix()
         base = {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
-                "mysql": MYSQL_URL, "redis": REDIS_URL}[backend]
+                "postgres_pgbouncer": PGBOUNCER_URL, "mysql": MYSQL_URL,
+                "redis": REDIS_URL}[backend]
         # Workers' PostgreSQL sessions and Redis clients carry a name, so connection kills
         # hit only them, never another program using the same server.
-        name = {"postgres": "application_name", "redis": "client_name"}.get(backend)
+        name = {"postgres": "application_name", "postgres_pgbouncer": "application_name",
+                "redis": "client_name"}.get(backend)
         self.url = f"{base}{'&' if '?' in base else '?'}{name}=leaseq_chaos" if name else base
         self.tmp = tmp
         self.log = tmp / "starts.jsonl"
