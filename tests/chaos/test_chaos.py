@@ -1,7 +1,8 @@
 """Chaos scenarios (reliability.md section 4) on SQLite, PostgreSQL, MariaDB and Redis (S1
 and S2 also on PostgreSQL through a transaction-mode PgBouncer): workers killed, frozen,
-stopped and restarted, connections cut and servers restarted while they drain probe jobs. Afterwards every accepted job is completed exactly once (or dead), no
-lease ran twice, and every completion came from the newest lease.
+stopped and restarted, connections cut and servers restarted while they drain probe jobs.
+Afterwards every accepted job is completed exactly once (or dead), no lease ran twice, and
+every completion came from the newest lease.
 
 The default suite runs short versions; LEASEQ_CHAOS_SECONDS and LEASEQ_CHAOS_JOBS make
 them longer. Each prints its report line; a failure names its seed (LEASEQ_CHAOS_SEED
