@@ -202,7 +202,8 @@ async def aexecute_unprepared(
 
 POOLER_HINT = (
     "a transaction-mode pooler (PgBouncer, Supavisor, RDS Proxy) between leaseq and the "
-    "server hands psycopg's server-side prepared statements to other sessions; add "
+    "server hands psycopg's server-side prepared statements to other sessions (so a "
+    "statement of another client may even run in place of leaseq's); add "
     "pgbouncer=true to the URL (and listen_url=<direct URL> for push wake-ups), or use "
     "session pooling (docs/scaling.md, Connection poolers)"
 )
@@ -233,12 +234,18 @@ def disconnected(exc: BaseException) -> bool:
     return not state or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-def translate(exc: BaseException, where: str) -> LeaseqError:
+def translate(exc: BaseException, where: str, prefix: str | None = None) -> LeaseqError:
+    """``exc`` as a leaseq error. ``prefix``: the client's table prefix; a missing table
+    of another prefix means the server ran a statement this client did not send, another
+    session's prepared statement of the same name behind a transaction pooler."""
     if isinstance(exc, LeaseqError):
         return exc
     if isinstance(exc, RETRYABLE):
         return BackendError(f"PostgreSQL at {where} kept reporting conflicts, gave up: {exc}")
-    if pooled_prepare(exc):
+    if pooled_prepare(exc) or (
+        prefix is not None and isinstance(exc, pg_errors.UndefinedTable)
+        and f'"{prefix}' not in str(exc)
+    ):
         return ConfigurationError(f"PostgreSQL at {where}: {exc}: {POOLER_HINT}")
     if isinstance(exc, pg_errors.UndefinedTable):
         return SchemaMissing(f"leaseq tables missing in {where} ({exc}): run `leaseq migrate`")
@@ -328,7 +335,7 @@ class PostgresRunner(SyncRunner):
         self.pool.check()  # drops the idle connections the server closed
 
     def translate(self, exc: BaseException) -> LeaseqError:
-        return translate(exc, self.where)
+        return translate(exc, self.where, self.d.prefix)
 
     def migrate(self) -> None:
         q = self.d.q
@@ -406,7 +413,7 @@ class AsyncPostgresRunner(AsyncRunner):
             await self._pool.check()
 
     def translate(self, exc: BaseException) -> LeaseqError:
-        return translate(exc, self.where)
+        return translate(exc, self.where, self.d.prefix)
 
     async def migrate(self) -> None:
         # DDL is rare and short: run it with the sync code in a thread.
