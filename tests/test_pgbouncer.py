@@ -350,3 +350,37 @@ def test_the_dashboard_through_it(prefix: str, pq: leaseq.Queue) -> None:
         for _ in range(6):  # past psycopg's 5 runs, were it preparing
             body = http.get("/api/queues").json()
         assert {row["queue"]: row["available"] for row in body["queues"]} == {"mail": 3}
+
+
+def test_supervised_worker_processes_listen_on_the_listen_url(
+    prefix: str, pq: leaseq.Queue, direct: leaseq.Queue, tmp_path: Any
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests._processes import ROOT
+
+    env = {**os.environ, "LEASEQ_TEST_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "worker.log", "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "leaseq.cli", "worker", "tests._worker_app:app",
+             "--processes", "2", "--poll-interval", "60", "--url", WITH_LISTEN,
+             "--log-level", "WARNING"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # Each child process its own LISTEN, on the direct URL; a minute's poll, so only
+        # push picks the jobs up in time.
+        wait_for(lambda: listeners(prefix) == 2, timeout=30, message="two LISTENs")
+        ids = [direct.enqueue("work", {"seconds": 0, "n": i}, kind="sleepy").id for i in range(4)]
+        wait_for(lambda: all(direct.get(i).state == "completed" for i in ids), timeout=5,
+                 message="the jobs run")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    assert b"listen_url" not in (tmp_path / "worker.log").read_bytes()  # pushed: no warning
