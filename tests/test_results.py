@@ -153,7 +153,7 @@ def test_wait_async(q: leaseq.Queue) -> None:
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-        assert not _results.hub(q.url, q.settings.table_prefix, q.backend).waiting
+        assert not q._results_hub(q.backend).waiting
 
     asyncio.run(main())
 
@@ -175,7 +175,7 @@ def test_many_waiters_share_one_listener(q: leaseq.Queue, prefix: str) -> None:
     threads = [threading.Thread(target=wait_in_thread, args=(i,)) for i in ids[:20]]
     for thread in threads:
         thread.start()
-    hub = _results.hub(q.url, prefix, q.backend)
+    hub = q._results_hub(q.backend)
 
     def finish_all() -> None:
         while len(hub._slots) < 20:  # the registered waiters, read only
@@ -209,7 +209,7 @@ def test_close_ends_a_wait(backend: str, url: str, prefix: str) -> None:
 
     thread = threading.Thread(target=wait)
     thread.start()
-    hub = _results.hub(url, prefix, client.backend)
+    hub = client._results_hub(client.backend)
     while not hub.waiting:
         threading.Event().wait(0.01)
     client.close()
