@@ -384,3 +384,30 @@ def test_supervised_worker_processes_listen_on_the_listen_url(
             proc.kill()
             proc.wait(10)
     assert b"listen_url" not in (tmp_path / "worker.log").read_bytes()  # pushed: no warning
+
+
+def test_with_listen_url_an_async_blocking_dequeue_is_pushed(
+    pq: leaseq.Queue, direct: leaseq.Queue, prefix: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    monkeypatch.setattr("leaseq._client.POLL_FIRST", 30.0)
+    monkeypatch.setattr("leaseq._client.POLL_CAP", 30.0)
+
+    async def main() -> float:
+        async with leaseq.connect_async(PGBOUNCER_URL, table_prefix=prefix,
+                                        listen_url=POSTGRES_URL) as aq:
+            assert aq.listen_url == POSTGRES_URL
+            waiting = asyncio.ensure_future(aq.dequeue("w", wait=25))
+            deadline = time.monotonic() + 15
+            while listeners(prefix) != 1:
+                assert time.monotonic() < deadline, "no LISTEN on the listen_url"
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+            sent = time.monotonic()
+            job_id = await asyncio.to_thread(lambda: direct.enqueue("w").id)
+            jobs = await waiting
+            assert [job.id for job in jobs] == [job_id]
+            return time.monotonic() - sent
+
+    assert asyncio.run(main()) < 1.0

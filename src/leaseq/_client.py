@@ -1007,7 +1007,9 @@ class AsyncQueue(Shared):
 def connect(url: str, **settings: Any) -> Queue:
     """A ``Queue`` for ``url``; keyword arguments are ``Settings`` fields.
 
-    URLs: ``sqlite:///jobs.db``, ``postgresql://user@host/db``, ``mysql://user@host/db``,
+    URLs: ``sqlite:///jobs.db``, ``postgresql://user@host/db`` (behind a transaction-mode
+    pooler add ``?pgbouncer=true``, and ``listen_url=`` for push wake-ups: see
+    ``Settings.listen_url``), ``mysql://user@host/db``,
     ``redis://host:6379/0``, ``redis+cluster://host:7000[,host2:7000]`` (Redis Cluster),
     ``memory://`` (private) or ``memory://name`` (shared by every client in the process
     that names it).
