@@ -411,3 +411,14 @@ def test_with_listen_url_an_async_blocking_dequeue_is_pushed(
             return time.monotonic() - sent
 
     assert asyncio.run(main()) < 1.0
+
+
+def test_a_listen_urls_password_stays_out_of_reprs_and_the_dashboard() -> None:
+    from leaseq.dashboard.app import redact_url
+
+    url = ("postgresql://app:pooled@pooler:6432/db?pgbouncer=true"
+           "&listen_url=postgresql%3A%2F%2Fapp%3Asecret%40db%3A5432%2Fdb")
+    app = leaseq.App(url)
+    assert "secret" not in repr(app) and "listen_url=***" in repr(app)
+    shown = redact_url(url)
+    assert "secret" not in shown and "pooled" not in shown and "listen_url=***" in shown

@@ -503,4 +503,6 @@ class Shared:
         return v.seconds("older_than", older_than)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.url.split('@')[-1]!r}>"
+        from leaseq.backends.postgres.url import redact  # a listen_url holds a password
+
+        return f"<{type(self).__name__} {redact(self.url).split('@')[-1]!r}>"

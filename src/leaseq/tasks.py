@@ -344,7 +344,9 @@ class App:
         self._eager_ids = itertools.count(1)
 
     def __repr__(self) -> str:
-        return f"<App {self.url.split('@')[-1]!r} tasks={sorted(self.tasks)}>"
+        from leaseq.backends.postgres.url import redact
+
+        return f"<App {redact(self.url).split('@')[-1]!r} tasks={sorted(self.tasks)}>"
 
     @property
     def queue(self) -> Queue:

@@ -76,7 +76,11 @@ SECURITY_HEADERS = {
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for display and logs."""
+    """``url`` with any password replaced by ``***``, for display and logs (a
+    PostgreSQL ``listen_url`` parameter wholly)."""
+    from leaseq.backends.postgres.url import redact
+
+    url = redact(url)
     parts = urlsplit(url)
     if parts.password is None:
         return url

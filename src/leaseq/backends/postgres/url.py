@@ -76,6 +76,17 @@ def listen_target(url: str) -> str:
     return inner.dsn
 
 
+def redact(url: str) -> str:
+    """``url`` with the value of its ``listen_url`` parameter (a URL of its own, password
+    and all) shown as ``***``, for reprs, logs and the dashboard."""
+    base, sep, query = url.partition("?")
+    if not sep or LISTEN not in query:
+        return url
+    parts = [f"{LISTEN}=***" if unquote_plus(part.partition("=")[0]) == LISTEN else part
+             for part in query.split("&")]
+    return f"{base}?{'&'.join(parts)}"
+
+
 def _flag(value: str) -> bool:
     lowered = value.lower()
     if lowered in _TRUE:
