@@ -422,3 +422,80 @@ def test_a_listen_urls_password_stays_out_of_reprs_and_the_dashboard() -> None:
     assert "secret" not in repr(app) and "listen_url=***" in repr(app)
     shown = redact_url(url)
     assert "secret" not in shown and "pooled" not in shown and "listen_url=***" in shown
+
+
+@pytest.fixture
+def session_pooler() -> Iterator[str]:
+    """A PgBouncer of this test's own in session mode on 127.0.0.1:6434, stopped (by its
+    pid) at the end; yields its URL, without the flag."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+
+    require("postgres_pgbouncer")
+    binary = shutil.which("pgbouncer")
+    assert binary, "pgbouncer is not installed (scripts/services installs it)"
+    import tempfile
+    from pathlib import Path
+
+    # Not under pytest's tmp_path: the postgres user cannot enter that (mode 700).
+    home = Path(tempfile.mkdtemp(prefix="leaseq-pgbouncer-"))
+    (home / "pgbouncer.ini").write_text(
+        "[databases]\n* = host=127.0.0.1 port=5432 user=postgres\n\n[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\nlisten_port = 6434\nunix_socket_dir =\nauth_type = any\n"
+        "pool_mode = session\nmax_client_conn = 100\ndefault_pool_size = 20\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+        f"logfile = {home}/pgbouncer.log\npidfile = {home}/pgbouncer.pid\n")
+    as_root = os.geteuid() == 0
+    if as_root:  # PgBouncer refuses to run as root
+        home.chmod(0o755)
+        shutil.chown(home, "postgres")
+    try:
+        subprocess.run([binary, "-d", *(["-u", "postgres"] if as_root else []),
+                        str(home / "pgbouncer.ini")], check=True, timeout=30)
+        pid = int(wait_for(lambda: (home / "pgbouncer.pid").exists()
+                           and (home / "pgbouncer.pid").read_text().strip(),
+                           message="PgBouncer's pid file"))
+        try:
+            url = "postgresql://postgres@127.0.0.1:6434/test"
+            wait_for(lambda: reachable_at(url), message="the session-mode PgBouncer")
+            yield url
+        finally:
+            os.kill(pid, signal.SIGTERM)
+            wait_for(lambda: not os.path.exists(f"/proc/{pid}"), message="PgBouncer to stop")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def reachable_at(url: str) -> bool:
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=2).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+def test_session_pooling_works_as_before_with_push(
+    session_pooler: str, pq: leaseq.Queue, direct: leaseq.Queue, prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("leaseq._client.POLL_FIRST", 30.0)
+    monkeypatch.setattr("leaseq._client.POLL_CAP", 30.0)
+    with leaseq.connect(session_pooler, table_prefix=prefix, group_commit=False) as q:
+        assert q.listen_url == session_pooler  # LISTEN through a session pooler is heard
+        for i in range(20):  # psycopg prepares on the 5th run: fine on a session
+            q.enqueue("s", {"i": i})
+        assert len(q.dequeue("s", limit=100)) == 20
+        got: list[list[leaseq.Job]] = []
+        waiter = threading.Thread(target=lambda: got.append(q.dequeue("w", wait=25)))
+        waiter.start()
+        wait_for(lambda: listeners(prefix) == 1, message="the LISTEN through the pooler")
+        time.sleep(0.2)
+        sent = time.monotonic()
+        job_id = direct.enqueue("w").id
+        waiter.join(25)
+        assert time.monotonic() - sent < 1.0
+    assert [job.id for job in got[0]] == [job_id]
