@@ -1,0 +1,317 @@
+"""S6, ack outcome unknown: the server commits a write and its reply never arrives.
+
+A ``tests.netproxy.Proxy`` sits between a leaseq client and PostgreSQL, MariaDB or Redis.
+It forwards the statement that commits an ack or an enqueue, swallows the server's reply,
+checks through a direct client that the write did commit (while the proxied client still
+waits), and cuts the connection. Then:
+
+* a lost ack is retried (by leaseq on a fresh connection, or by the caller once leaseq
+  gives up) and counts as a success: one completion, never ``LeaseLost`` for the lease
+  that completed the job;
+* a lost enqueue surfaces as ``BackendUnavailable``; repeated with the same
+  ``unique_key`` it returns the id the lost attempt created, with ``created=False``;
+  without a key, the lost attempt's job exists, so a blind repeat would duplicate it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import leaseq
+from leaseq.backends._sql import runner as sql_runner
+from leaseq.backends.mysql.driver import MysqlDialect
+from leaseq.backends.postgres.driver import PostgresDialect
+from leaseq.backends.redis import driver as redis_driver
+from leaseq.backends.redis.lua import SCRIPTS
+from leaseq.errors import BackendUnavailable
+from tests.conftest import require
+from tests.helpers import POSTGRES_URL, backend_url, drop_tables, new_prefix, wait_for
+from tests.netproxy import Proxy, Rule
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE = "s6"
+
+
+@pytest.fixture(params=["postgres", "mysql", "redis"])
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    require(name)
+    return name
+
+
+@pytest.fixture
+def url(backend: str, tmp_path: Path) -> str:
+    return backend_url(backend, str(tmp_path))
+
+
+@pytest.fixture
+def direct(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
+    """A client that talks to the server without the proxy: it enqueues and checks."""
+    queue = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
+    queue.migrate()  # on Redis this also loads every script, so EVALSHA never misses
+    try:
+        yield queue
+    finally:
+        queue.close()
+        drop_tables(backend, prefix)
+
+
+@pytest.fixture
+def proxy(url: str) -> Iterator[Proxy]:
+    with Proxy.for_url(url) as p:
+        yield p
+
+
+def fragment(queries: dict[str, str], name: str) -> bytes:
+    """A line of query ``name``, sent as it stands (no placeholder in it), that no other
+    query of the dialect holds: the bytes that say this statement is on the wire."""
+    others = [text for other, text in queries.items() if other != name]
+    for line in sorted(queries[name].splitlines(), key=len, reverse=True):
+        line = line.strip()
+        if "%(" not in line and len(line) >= 12 and not any(line in t for t in others):
+            return line.encode()
+    raise AssertionError(f"query {name!r} has no line of its own to match on")
+
+
+def ack_commit(backend: str, prefix: str) -> dict[str, bytes]:
+    """``drop_reply`` arguments that match what commits one ``ack``."""
+    if backend == "postgres":
+        # One autocommit statement: its reply is the commit's.
+        return {"match": fragment(PostgresDialect(prefix).q, "complete_held")}
+    if backend == "mysql":
+        # lock_held, archive, delete_job, then COMMIT (backends/_sql/ops.py).
+        return {"after": fragment(MysqlDialect(prefix).q, "archive"), "match": b"COMMIT"}
+    return {"match": SCRIPTS["complete"].sha.encode()}
+
+
+def enqueue_commit(backend: str, marker: str, keyed: bool) -> dict[str, bytes]:
+    """``drop_reply`` arguments that match what commits an enqueue carrying ``marker``
+    (a unique key or a payload value: bound parameters travel with the statement)."""
+    if backend == "redis":
+        return {"match": SCRIPTS["enqueue"].sha.encode()}  # one script: the commit
+    if backend == "postgres" and not keyed:
+        return {"match": marker.encode()}  # one autocommit INSERT
+    return {"after": marker.encode(), "match": b"COMMIT"}
+
+
+def history_rows(backend: str, url: str, prefix: str, job_id: int) -> int:
+    """How many completions the database holds for ``job_id``."""
+    if backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {prefix}history WHERE id = %s",
+                               (job_id,)).fetchone()
+            assert row is not None
+            return int(row[0])
+    if backend == "mysql":
+        import pymysql
+
+        from leaseq._core.settings import Settings
+        from leaseq.backends.mysql.driver import connect_args
+
+        conn = pymysql.connect(**connect_args(url, Settings()))
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {prefix}history WHERE id = %s", (job_id,))
+                return int(cur.fetchone()[0])
+        finally:
+            conn.close()
+    return -1  # Redis keeps one hash per job; the stats count completions instead
+
+
+def state_of(direct: leaseq.Queue, job_id: int) -> Callable[[], str]:
+    return lambda: str(direct.get(job_id).state)
+
+
+def assert_dropped(proxy: Proxy, rule: Rule, times: int, seen: list[str],
+                   expect: str) -> None:
+    """The rule matched and the proxy swallowed that many replies, each after the
+    server had committed (``seen`` is what the direct client read meanwhile)."""
+    assert rule.matched == times, f"the pattern never matched ({proxy.stats})"
+    assert proxy.stats.replies_dropped == times
+    assert proxy.stats.cuts == times
+    assert seen == [expect] * times, seen
+
+
+def assert_completed_once(backend: str, url: str, prefix: str, direct: leaseq.Queue,
+                          job_id: int) -> None:
+    info = direct.get(job_id)
+    assert (info.state, info.attempts, info.result) == ("completed", 1, {"n": job_id})
+    assert direct.stats()[QUEUE].completed == 1
+    if backend != "redis":
+        assert history_rows(backend, url, prefix, job_id) == 1
+
+
+@pytest.fixture(params=["leaseq", "caller"])
+def retries(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Who retries the lost ack: leaseq itself (a repeatable operation, on a fresh
+    connection), or, with leaseq's reconnect budget at 0, the caller."""
+    if request.param == "caller":
+        monkeypatch.setattr(sql_runner, "RECONNECTS", 0)
+        monkeypatch.setattr(redis_driver, "RECONNECTS", 0)
+    return str(request.param)
+
+
+def test_s6_a_lost_ack_reply_is_retried_as_success(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy, retries: str
+) -> None:
+    client = leaseq.connect(proxy.url_for(url), table_prefix=prefix, reclaim_interval=None)
+    try:
+        job_id = direct.enqueue(QUEUE, {"n": 1}).id
+        [job] = client.dequeue(QUEUE)
+        seen: list[str] = []
+        rule = proxy.drop_reply(**ack_commit(backend, prefix),
+                                then=lambda: seen.append(state_of(direct, job_id)()))
+        if retries == "leaseq":
+            client.ack(job, {"n": job_id})  # no error: leaseq repeated it, a success
+        else:
+            with pytest.raises(BackendUnavailable):
+                client.ack(job, {"n": job_id})
+            client.ack(job, {"n": job_id})  # the caller's retry: a success too
+        assert_dropped(proxy, rule, 1, seen, "completed")
+        client.ack(job, {"n": job_id})  # and any later repeat by the same lease
+        assert_completed_once(backend, url, prefix, direct, job_id)
+    finally:
+        client.close()
+
+
+def test_s6_a_lost_ack_reply_is_retried_as_success_async(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    job_id = direct.enqueue(QUEUE, {"n": 1}).id
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        client = leaseq.connect_async(proxy.url_for(url), table_prefix=prefix,
+                                      reclaim_interval=None)
+        try:
+            [job] = await client.dequeue(QUEUE)
+            proxy.drop_reply(**ack_commit(backend, prefix),
+                             then=lambda: seen.append(state_of(direct, job_id)()))
+            await client.ack(job, {"n": job_id})
+            await client.ack(job, {"n": job_id})
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+    assert_dropped(proxy, proxy.rules[0], 1, seen, "completed")
+    assert_completed_once(backend, url, prefix, direct, job_id)
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy, many: bool
+) -> None:
+    client = leaseq.connect(proxy.url_for(url), table_prefix=prefix, reclaim_interval=None)
+    keys = [f"s6-{secrets.token_hex(6)}" for _ in range(3 if many else 1)]
+    live: list[list[int]] = []
+
+    def stored() -> None:
+        live.append(sorted(j.id for j in direct.peek(QUEUE, limit=100)))
+
+    def enqueue() -> list[leaseq.EnqueueResult]:
+        if many:
+            return client.enqueue_many([{"queue": QUEUE, "payload": {"k": k}, "unique_key": k}
+                                        for k in keys])
+        return [client.enqueue(QUEUE, {"k": keys[0]}, unique_key=keys[0])]
+
+    try:
+        rule = proxy.drop_reply(**enqueue_commit(backend, min(keys), keyed=True), then=stored)
+        with pytest.raises(BackendUnavailable):
+            enqueue()  # outcome unknown: leaseq does not repeat an enqueue by itself
+        assert rule.matched == 1, f"the pattern never matched ({proxy.stats})"
+        assert proxy.stats.replies_dropped == 1
+        assert len(live) == 1 and len(live[0]) == len(keys), live  # it did commit
+        again = enqueue()
+        assert sorted(r.id for r in again) == live[0]
+        assert [r.created for r in again] == [False] * len(keys)
+        assert sorted(j.id for j in direct.peek(QUEUE, limit=100)) == live[0]
+        assert direct.stats()[QUEUE].available == len(keys)
+    finally:
+        client.close()
+
+
+def test_s6_a_lost_plain_enqueue_reply_leaves_the_job_so_a_blind_retry_duplicates(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    """Why the docs say: retry an enqueue only with a unique key."""
+    client = leaseq.connect(proxy.url_for(url), table_prefix=prefix, reclaim_interval=None)
+    marker = f"s6-{secrets.token_hex(6)}"
+    try:
+        rule = proxy.drop_reply(**enqueue_commit(backend, marker, keyed=False))
+        with pytest.raises(BackendUnavailable):
+            client.enqueue(QUEUE, {"m": marker})
+        assert rule.matched == 1, f"the pattern never matched ({proxy.stats})"
+        assert direct.stats()[QUEUE].available == 1  # committed, though the caller got an error
+    finally:
+        client.close()
+
+
+def test_s6_a_worker_whose_ack_reply_is_lost_completes_the_job_once(tmp_path: Path) -> None:
+    """A real `leaseq worker` process on PostgreSQL through the proxy: the reply to its
+    batched ack (``complete_many``) is lost; its retry succeeds, the job ran once."""
+    require("postgres")
+    prefix = new_prefix()
+    log = tmp_path / "events.jsonl"
+    direct = leaseq.connect(POSTGRES_URL, table_prefix=prefix, reclaim_interval=None)
+    direct.migrate()
+    proxy = Proxy.for_url(POSTGRES_URL)
+    proc: subprocess.Popen[str] | None = None
+    try:
+        seen: list[str] = []
+        first = direct.enqueue("work", {"seconds": 0, "n": 1}, kind="sleepy").id
+        rule = proxy.drop_reply(fragment(PostgresDialect(prefix).q, "complete_many"),
+                                then=lambda: seen.append(state_of(direct, first)()))
+        env = {**os.environ, "LEASEQ_TEST_URL": proxy.url_for(POSTGRES_URL),
+               "LEASEQ_TEST_PREFIX": prefix, "LEASEQ_TEST_LOG": str(log),
+               "LEASEQ_TEST_LEASE": "30", "PYTHONPATH": str(ROOT)}
+        with open(tmp_path / "worker.log", "w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "leaseq.cli", "worker", "tests._worker_app:app",
+                 "--queues", "work", "--poll-interval", "0.1", "--log-level", "INFO"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        wait_for(lambda: state_of(direct, first)() == "completed", timeout=30,
+                 message="the first job completed")
+        # A second job through the same worker: once it is done, any rerun of the first
+        # would have had its chance to start.
+        second = direct.enqueue("work", {"seconds": 0, "n": 2}, kind="sleepy").id
+        wait_for(lambda: state_of(direct, second)() == "completed", timeout=30,
+                 message="the second job completed")
+        assert_dropped(proxy, rule, 1, seen, "completed")
+        starts = [e for e in events(log) if e["event"] == "start"]
+        assert [e["job"] for e in starts] == [first, second]
+        info = direct.get(first)
+        assert (info.attempts, info.result) == (1, 1)
+        assert history_rows("postgres", POSTGRES_URL, prefix, first) == 1
+        output = (tmp_path / "worker.log").read_text()
+        assert "lease lost" not in output and "outcome not written" not in output, output
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        proxy.close()
+        direct.close()
+        drop_tables("postgres", prefix)
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
