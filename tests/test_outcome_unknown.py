@@ -228,8 +228,8 @@ def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id
 
     try:
         rule = proxy.drop_reply(**enqueue_commit(backend, min(keys), keyed=True), then=stored)
-        with pytest.raises(BackendUnavailable):
-            enqueue()  # outcome unknown: leaseq does not repeat an enqueue by itself
+        with pytest.raises(BackendUnavailable, match="outcome is unknown"):
+            enqueue()  # leaseq does not repeat an enqueue by itself
         assert rule.matched == 1, f"the pattern never matched ({proxy.stats})"
         assert proxy.stats.replies_dropped == 1
         assert len(live) == 1 and len(live[0]) == len(keys), live  # it did commit
@@ -242,6 +242,31 @@ def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id
         client.close()
 
 
+def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id_async(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    key = f"s6-{secrets.token_hex(6)}"
+    live: list[list[int]] = []
+
+    async def scenario() -> leaseq.EnqueueResult:
+        client = leaseq.connect_async(proxy.url_for(url), table_prefix=prefix,
+                                      reclaim_interval=None)
+        try:
+            await client.stats()  # connected (and, on Redis, checked) before the fault
+            proxy.drop_reply(**enqueue_commit(backend, key, keyed=True),
+                             then=lambda: live.append([j.id for j in direct.peek(QUEUE)]))
+            with pytest.raises(BackendUnavailable, match="outcome is unknown"):
+                await client.enqueue(QUEUE, {"k": key}, unique_key=key)
+            return await client.enqueue(QUEUE, {"k": key}, unique_key=key)
+        finally:
+            await client.close()
+
+    again = asyncio.run(scenario())
+    assert proxy.stats.replies_dropped == 1 and len(live) == 1 and len(live[0]) == 1, live
+    assert (again.id, again.created) == (live[0][0], False)
+    assert [j.id for j in direct.peek(QUEUE)] == live[0]
+
+
 def test_s6_a_lost_plain_enqueue_reply_leaves_the_job_so_a_blind_retry_duplicates(
     backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
 ) -> None:
@@ -250,7 +275,7 @@ def test_s6_a_lost_plain_enqueue_reply_leaves_the_job_so_a_blind_retry_duplicate
     marker = f"s6-{secrets.token_hex(6)}"
     try:
         rule = proxy.drop_reply(**enqueue_commit(backend, marker, keyed=False))
-        with pytest.raises(BackendUnavailable):
+        with pytest.raises(BackendUnavailable, match="outcome is unknown"):
             client.enqueue(QUEUE, {"m": marker})
         assert rule.matched == 1, f"the pattern never matched ({proxy.stats})"
         assert direct.stats()[QUEUE].available == 1  # committed, though the caller got an error
