@@ -12,6 +12,8 @@ ends within a tick of ``close``). Faults:
   outcome-unknown case (reliability research S6). ``then``, when given, runs in the
   proxy between the swallowed reply and the cut, while the client still waits: a test
   can look at the server's state before the client can react.
+* ``cut_on(match)``: the matching chunk is not sent; its connection is cut (a request
+  lost on the way: nothing happened, and the client cannot know).
 * ``blackhole()`` / ``heal()``: every connection (and every new one) stops moving bytes
   in both directions without closing: no FIN, no RST, so the peers see silence, as
   behind a dead router (S7, half-open). The kernel buffers what they send meanwhile and
@@ -47,6 +49,7 @@ class Rule:
     after: bytes | None
     times: int
     then: Callable[[], Any] | None
+    forward: bool = True  # False: cut the connection instead of sending the chunk
     matched: int = 0
 
 
@@ -59,6 +62,7 @@ class Stats:
     to_client: int = 0  # bytes forwarded server -> client
     matched: int = 0  # chunks that matched a drop_reply rule
     replies_dropped: int = 0
+    requests_dropped: int = 0  # chunks a cut_on rule kept from the server
     bytes_dropped: int = 0
     cuts: int = 0  # connections cut by a rule or cut_all
     hook_errors: list[BaseException] = field(default_factory=list)
@@ -101,7 +105,12 @@ class _Pipe:
             data = self.client.recv(CHUNK)
             if not data:
                 return False
-            self.inspect(data)
+            rule = self.inspect(data)
+            if rule is not None and not rule.forward:
+                with self.proxy.lock:
+                    self.proxy.stats.requests_dropped += 1
+                self.close(reset=True)
+                return False
             self.server.sendall(data)
             with self.proxy.lock:
                 self.proxy.stats.to_server += len(data)
@@ -127,7 +136,7 @@ class _Pipe:
         self.close(reset=True)
         return False
 
-    def inspect(self, data: bytes) -> None:
+    def inspect(self, data: bytes) -> Rule | None:
         """Arms this connection to swallow the next reply when ``data`` matches a rule.
         The end of the previous chunk is searched with it, but a pattern must end inside
         ``data``: one sent before the rule existed does not count."""
@@ -149,8 +158,10 @@ class _Pipe:
                 rule.times -= 1
                 rule.matched += 1
                 self.proxy.stats.matched += 1
-                self.swallow = rule
-                return
+                if rule.forward:
+                    self.swallow = rule
+                return rule
+        return None
 
     def close(self, reset: bool) -> None:
         """Closes both sockets once; with ``reset`` the client gets an RST, the way a
@@ -246,6 +257,16 @@ class Proxy:
         that sent ``after`` first, when given), swallow the server's reply to each, run
         ``then``, and cut that connection. Returns the rule (its ``matched`` count)."""
         rule = Rule(match, after, times, then)
+        with self.lock:
+            self.rules.append(rule)
+            self.longest = max(self.longest, len(match), len(after or b""))
+        return rule
+
+    def cut_on(self, match: bytes, times: int = 1, *, after: bytes | None = None) -> Rule:
+        """Cut the connection of each of the next ``times`` client chunks holding
+        ``match`` instead of sending it: the request never reaches the server, and the
+        client cannot tell this from a lost reply."""
+        rule = Rule(match, after, times, None, forward=False)
         with self.lock:
             self.rules.append(rule)
             self.longest = max(self.longest, len(match), len(after or b""))

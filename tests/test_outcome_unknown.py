@@ -16,6 +16,7 @@ waits), and cuts the connection. Then:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import signal
@@ -23,7 +24,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -283,60 +283,120 @@ def test_s6_a_lost_plain_enqueue_reply_leaves_the_job_so_a_blind_retry_duplicate
         client.close()
 
 
-def test_s6_a_worker_whose_ack_reply_is_lost_completes_the_job_once(tmp_path: Path) -> None:
-    """A real `leaseq worker` process on PostgreSQL through the proxy: the reply to its
-    batched ack (``complete_many``) is lost; its retry succeeds, the job ran once."""
-    require("postgres")
-    prefix = new_prefix()
-    log = tmp_path / "events.jsonl"
-    direct = leaseq.connect(POSTGRES_URL, table_prefix=prefix, reclaim_interval=None)
-    direct.migrate()
-    proxy = Proxy.for_url(POSTGRES_URL)
-    proc: subprocess.Popen[str] | None = None
-    try:
-        seen: list[str] = []
-        first = direct.enqueue("work", {"seconds": 0, "n": 1}, kind="sleepy").id
-        rule = proxy.drop_reply(fragment(PostgresDialect(prefix).q, "complete_many"),
-                                then=lambda: seen.append(state_of(direct, first)()))
-        env = {**os.environ, "LEASEQ_TEST_URL": proxy.url_for(POSTGRES_URL),
-               "LEASEQ_TEST_PREFIX": prefix, "LEASEQ_TEST_LOG": str(log),
+# A worker process with leaseq's reconnect budget at 0: the first failed write reaches the
+# worker itself (what an outage longer than the budget, about 3 s, looks like).
+NO_RECONNECTS = ("import runpy; import leaseq.backends._sql.runner as r; r.RECONNECTS = 0; "
+                 "runpy.run_module('leaseq.cli', run_name='__main__')")
+
+
+class ProxiedWorker:
+    """A `leaseq worker tests._worker_app:app` process on PostgreSQL through a proxy,
+    with a direct client, the handlers' event log and the worker's output."""
+
+    def __init__(self, tmp: Path) -> None:
+        require("postgres")
+        self.tmp = tmp
+        self.prefix = new_prefix()
+        self.log = tmp / "events.jsonl"
+        self.direct = leaseq.connect(POSTGRES_URL, table_prefix=self.prefix,
+                                     reclaim_interval=None)
+        self.direct.migrate()
+        self.proxy = Proxy.for_url(POSTGRES_URL)
+        self.proc: subprocess.Popen[str] | None = None
+        self.ack = fragment(PostgresDialect(self.prefix).q, "complete_many")
+
+    def start(self, reconnects: bool = True) -> None:
+        env = {**os.environ, "LEASEQ_TEST_URL": self.proxy.url_for(POSTGRES_URL),
+               "LEASEQ_TEST_PREFIX": self.prefix, "LEASEQ_TEST_LOG": str(self.log),
                "LEASEQ_TEST_LEASE": "30", "PYTHONPATH": str(ROOT)}
-        with open(tmp_path / "worker.log", "w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "leaseq.cli", "worker", "tests._worker_app:app",
-                 "--queues", "work", "--poll-interval", "0.1", "--log-level", "INFO"],
+        head = [sys.executable, "-m", "leaseq.cli"] if reconnects else [
+            sys.executable, "-c", NO_RECONNECTS]
+        with open(self.tmp / "worker.log", "w") as out:
+            self.proc = subprocess.Popen(
+                [*head, "worker", "tests._worker_app:app", "--queues", "work",
+                 "--poll-interval", "0.1", "--log-level", "INFO"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-        wait_for(lambda: state_of(direct, first)() == "completed", timeout=30,
-                 message="the first job completed")
-        # A second job through the same worker: once it is done, any rerun of the first
-        # would have had its chance to start.
-        second = direct.enqueue("work", {"seconds": 0, "n": 2}, kind="sleepy").id
-        wait_for(lambda: state_of(direct, second)() == "completed", timeout=30,
-                 message="the second job completed")
-        assert_dropped(proxy, rule, 1, seen, "completed")
-        starts = [e for e in events(log) if e["event"] == "start"]
-        assert [e["job"] for e in starts] == [first, second]
-        info = direct.get(first)
-        assert (info.attempts, info.result) == (1, 1)
-        assert history_rows("postgres", POSTGRES_URL, prefix, first) == 1
-        output = (tmp_path / "worker.log").read_text()
-        assert "lease lost" not in output and "outcome not written" not in output, output
+
+    def enqueue(self, n: int) -> int:
+        return self.direct.enqueue("work", {"seconds": 0, "n": n}, kind="sleepy").id
+
+    def completed(self, job_id: int) -> None:
+        wait_for(lambda: state_of(self.direct, job_id)() == "completed", timeout=20,
+                 message=f"job {job_id} completed")
+
+    def starts(self) -> list[int]:
+        if not self.log.exists():
+            return []
+        rows = [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        return [row["job"] for row in rows if row["event"] == "start"]
+
+    def output(self) -> str:
+        return (self.tmp / "worker.log").read_text()
+
+    def close(self) -> None:
+        try:
+            if self.proc is not None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+        finally:
+            self.proxy.close()
+            self.direct.close()
+            drop_tables("postgres", self.prefix)
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[ProxiedWorker]:
+    w = ProxiedWorker(tmp_path)
+    try:
+        yield w
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        proxy.close()
-        direct.close()
-        drop_tables("postgres", prefix)
+        w.close()
 
 
-def events(path: Path) -> list[dict[str, Any]]:
-    import json
+def test_s6_a_worker_whose_ack_reply_is_lost_completes_the_job_once(
+    worker: ProxiedWorker
+) -> None:
+    """The reply to the worker's batched ack (``complete_many``) is lost after the
+    commit; leaseq repeats the ack, which succeeds: the job ran and completed once."""
+    seen: list[str] = []
+    first = worker.enqueue(1)
+    rule = worker.proxy.drop_reply(worker.ack,
+                                   then=lambda: seen.append(state_of(worker.direct, first)()))
+    worker.start()
+    worker.completed(first)
+    # A second job through the same worker: once it is done, a rerun of the first would
+    # have had its chance to start.
+    second = worker.enqueue(2)
+    worker.completed(second)
+    assert_dropped(worker.proxy, rule, 1, seen, "completed")
+    assert worker.starts() == [first, second]
+    info = worker.direct.get(first)
+    assert (info.attempts, info.result) == (1, 1)
+    assert history_rows("postgres", POSTGRES_URL, worker.prefix, first) == 1
+    output = worker.output()
+    assert "lease lost" not in output and "outcome not written" not in output, output
 
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+def test_s6_a_worker_tries_a_failed_ack_again_while_it_holds_the_lease(
+    worker: ProxiedWorker
+) -> None:
+    """Three tries of the worker's ack in a row never reach the server, and the client
+    gives up on each at once (no reconnects): the worker itself tries again while the
+    lease lasts, so the job completes on the fourth and is not run a second time when
+    the lease would have expired."""
+    job = worker.enqueue(1)
+    rule = worker.proxy.cut_on(worker.ack, times=3)
+    worker.start(reconnects=False)
+    worker.completed(job)
+    assert rule.matched == 3, f"the pattern matched {rule.matched} times ({worker.proxy.stats})"
+    assert worker.proxy.stats.requests_dropped == 3
+    info = worker.direct.get(job)
+    assert (info.attempts, info.result) == (1, 1)
+    assert worker.starts() == [job]
+    output = worker.output()
+    assert output.count("trying again") == 3, output
+    assert "outcome not written" not in output, output
