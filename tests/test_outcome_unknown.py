@@ -242,6 +242,27 @@ def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id
         client.close()
 
 
+def test_s6_unique_for_keeps_the_repeat_safe_after_the_job_already_ran(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    """A unique key holds while its job is live; a worker may finish the job before the
+    caller repeats the enqueue, and then ``unique_for`` is what still finds it."""
+    client = leaseq.connect(proxy.url_for(url), table_prefix=prefix, reclaim_interval=None)
+    key = f"s6-{secrets.token_hex(6)}"
+    try:
+        rule = proxy.drop_reply(**enqueue_commit(backend, key, keyed=True))
+        with pytest.raises(BackendUnavailable, match="outcome is unknown"):
+            client.enqueue(QUEUE, {"k": key}, unique_key=key, unique_for=60)
+        assert rule.matched == 1, f"the pattern never matched ({proxy.stats})"
+        [job] = direct.dequeue(QUEUE)  # a worker ran it meanwhile
+        direct.ack(job)
+        again = client.enqueue(QUEUE, {"k": key}, unique_key=key, unique_for=60)
+        assert (again.id, again.created) == (job.id, False)
+        assert direct.stats()[QUEUE].available == 0
+    finally:
+        client.close()
+
+
 def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id_async(
     backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
 ) -> None:
