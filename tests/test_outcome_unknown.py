@@ -209,6 +209,45 @@ def test_s6_a_lost_ack_reply_is_retried_as_success_async(
     assert_completed_once(backend, url, prefix, direct, job_id)
 
 
+def step_commit(backend: str, prefix: str) -> dict[str, bytes]:
+    """``drop_reply`` arguments that match what commits the ack of a chain's step (the
+    completion and the next step's enqueue, one transaction or one script)."""
+    if backend == "postgres":
+        return {"after": fragment(PostgresDialect(prefix).q, "complete_held"),
+                "match": b"COMMIT"}
+    if backend == "mysql":
+        return {"after": fragment(MysqlDialect(prefix).q, "archive"), "match": b"COMMIT"}
+    return {"match": SCRIPTS["complete_step"].sha.encode()}
+
+
+def test_s6_a_lost_ack_of_a_chain_step_enqueues_the_next_step_once(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    app = leaseq.App(url, table_prefix=prefix, reclaim_interval=None)
+
+    @app.task(queue=QUEUE, name="add")
+    def add(x: int, y: int = 1) -> int:
+        return x + y
+
+    client = leaseq.connect(proxy.url_for(url), table_prefix=prefix, reclaim_interval=None)
+    try:
+        flow = leaseq.chain(add.s(1), add.s(), add.s()).enqueue()
+        [job] = client.dequeue(QUEUE)
+        seen: list[str] = []
+        rule = proxy.drop_reply(**step_commit(backend, prefix),
+                                then=lambda: seen.append(state_of(direct, job.id)()))
+        client.ack(job, 2)  # leaseq repeats it: a success, and no second follow-up
+        client.ack(job, 2)
+        assert_dropped(proxy, rule, 1, seen, "completed")
+        steps = direct.jobs(kind="add", limit=100)
+        assert [(s.payload, str(s.state)) for s in steps] == [
+            ({"x": 1}, "completed"), ({"x": 2}, "available")]
+        assert flow.state().remaining == 2
+    finally:
+        client.close()
+        app.close()
+
+
 @pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
 def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id(
     backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy, many: bool
