@@ -39,6 +39,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 TICK = 0.05  # how often an idle pump looks at new orders (blackhole, cut, close)
 CHUNK = 65536
+# A peer that reads nothing for this long while the proxy has bytes for it ends its
+# connection: a send blocked for ever would keep its thread from ever seeing close().
+SEND_TIMEOUT = 10.0
 
 
 @dataclass
@@ -242,7 +245,7 @@ class Proxy:
                 client.close()  # the server is down: the client sees its connection end
                 continue
             for sock in (client, server):
-                sock.settimeout(None)
+                sock.settimeout(SEND_TIMEOUT)  # recv only runs once select says ready
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             pipe = _Pipe(self, client, server)
             with self.lock:
