@@ -22,6 +22,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from leaseq.backends.postgres.driver import PostgresDialect
 from leaseq.backends.redis import driver as redis_driver
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.errors import BackendUnavailable
+from leaseq.worker.completer import Completer
 from tests.conftest import require
 from tests.helpers import POSTGRES_URL, backend_url, drop_tables, new_prefix, wait_for
 from tests.netproxy import Proxy, Rule
@@ -341,6 +343,52 @@ def test_s6_a_lost_plain_enqueue_reply_leaves_the_job_so_a_blind_retry_duplicate
         assert direct.stats()[QUEUE].available == 1  # committed, though the caller got an error
     finally:
         client.close()
+
+
+def ack_many_request(backend: str, prefix: str) -> dict[str, bytes]:
+    """``cut_on`` arguments that match the request committing an ``ack_many``."""
+    if backend == "postgres":
+        return {"match": fragment(PostgresDialect(prefix).q, "complete_many")}
+    if backend == "mysql":
+        return {"after": fragment(MysqlDialect(prefix).q, "archive_held_many"),
+                "match": b"COMMIT"}
+    return {"match": SCRIPTS["complete_many"].sha.encode()}
+
+
+def test_s6_the_worker_stops_trying_a_failed_ack_when_its_lease_ends(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's completer tries a failed ack again only while the lease lasts (here
+    0.5 s): then the job learns of the failure, and its lease will expire."""
+    monkeypatch.setattr(sql_runner, "RECONNECTS", 0)
+    monkeypatch.setattr(redis_driver, "RECONNECTS", 0)
+    job_id = direct.enqueue(QUEUE, {"n": 1}).id
+    outcomes: list[bool | BaseException] = []
+
+    async def scenario() -> float:
+        aq = leaseq.connect_async(proxy.url_for(url), table_prefix=prefix,
+                                  reclaim_interval=None)
+        try:
+            [job] = await aq.dequeue(QUEUE)
+            ends = time.monotonic() + 0.5
+            completer = Completer(aq, lambda _, outcome: outcomes.append(outcome),
+                                  lease_ends=lambda _: ends)
+            proxy.cut_on(**ack_many_request(backend, prefix), times=100)
+            began = time.monotonic()
+            completer.submit(job, None)
+            await completer.flush()
+            return time.monotonic() - began
+        finally:
+            await aq.close()
+
+    took = asyncio.run(scenario())
+    # Tries at 0, 0.1 and 0.3 s; the next pause (0.4 s) would end past the lease.
+    assert proxy.rules[0].matched == 3, proxy.stats
+    assert proxy.stats.requests_dropped == 3
+    assert len(outcomes) == 1 and isinstance(outcomes[0], BackendUnavailable), outcomes
+    assert 0.3 <= took < 3, took
+    assert state_of(direct, job_id)() == "running"  # nothing committed: the lease will run out
 
 
 # A worker process with leaseq's reconnect budget at 0: the first failed write reaches the
