@@ -80,24 +80,29 @@ class Completer:
         began = time.perf_counter() if self.timed is not None else 0.0
         try:
             done: list[bool] = await self.aq.ack_many(batch)
-        except Exception as exc:  # every job of the batch learns of the failed write
-            again = self._again(batch, exc)
-            for job, _ in batch:
-                if job.id not in again:
-                    self.on_done(job, exc)
-            if again:
-                log.warning("ack of %d jobs failed (%s); trying again in %.1f s while "
-                            "their leases last", len(again), exc, self.pause)
-                await asyncio.sleep(self.pause)
-                self.pause = min(RETRY_MAX, self.pause * 2)
-                self.pending[:0] = [item for item in batch if item[0].id in again]
-            return
+        except Exception as exc:
+            failure: Exception | None = exc
+        else:
+            failure = None
         finally:
             if self.timed is not None:
                 self.timed(time.perf_counter() - began)
-        self.pause = RETRY_FIRST
-        for (job, _), ok in zip(batch, done, strict=True):
-            self.on_done(job, ok)
+        if failure is None:
+            self.pause = RETRY_FIRST
+            for (job, _), ok in zip(batch, done, strict=True):
+                self.on_done(job, ok)
+            return
+        # Every job of the batch learns of the failed write, but those tried again.
+        again = self._again(batch, failure)
+        for job, _ in batch:
+            if job.id not in again:
+                self.on_done(job, failure)
+        if again:
+            log.warning("ack of %d jobs failed (%s); trying again in %.1f s while their "
+                        "leases last", len(again), failure, self.pause)
+            await asyncio.sleep(self.pause)
+            self.pause = min(RETRY_MAX, self.pause * 2)
+            self.pending[:0] = [item for item in batch if item[0].id in again]
 
     def _again(self, batch: list[tuple[Job, Any]], exc: Exception) -> set[int]:
         """The ids of the jobs whose failed ack is worth another try: the outcome is
