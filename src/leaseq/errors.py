@@ -142,7 +142,12 @@ class BackendError(LeaseqError):
 
 
 class BackendUnavailable(BackendError):
-    """The database cannot be reached, or the connection was lost."""
+    """The database cannot be reached, or the connection was lost.
+
+    A write whose connection dropped after it was sent may have committed; its outcome
+    is unknown, and the message says so. leaseq repeats what is safe to repeat (acks,
+    heartbeats, claims) by itself; repeat an enqueue only with a ``unique_key``
+    (docs/reliability.md)."""
 
 
 class AuthenticationFailed(BackendUnavailable):

@@ -15,6 +15,7 @@ from typing import Any
 
 from leaseq._core.job import JobState
 from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, StepItem
+from leaseq.errors import BackendUnavailable, LeaseqError
 
 REPEATABLE = frozenset({
     # Safe to run again on a fresh connection after the reply was lost: a claim's jobs come
@@ -25,8 +26,21 @@ REPEATABLE = frozenset({
     "get", "stats", "peek", "queue_configs", "server_version", "list_jobs", "paused",
     "next_due", "get_flow",
 })
+# A write leaseq does not repeat (enqueue, nack, ...) whose connection dropped may have
+# committed before the reply was lost (reliability research S6): the error says so.
+UNKNOWN = ("; if the connection dropped after the request was sent, the write may have "
+           "committed: its outcome is unknown (repeat an enqueue only with a unique_key; "
+           "see docs/reliability.md)")
 READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "list_jobs",
                    "paused", "next_due", "get_flow"})
+
+
+def outcome_unknown(error: LeaseqError) -> LeaseqError:
+    """``error``, raised for a write that is not repeated after a dropped connection, as
+    a ``BackendUnavailable`` that says the write may have committed."""
+    if type(error) is BackendUnavailable:
+        return BackendUnavailable(f"{error}{UNKNOWN}")
+    return error
 
 
 class PlanBackend:

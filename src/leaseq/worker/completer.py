@@ -7,30 +7,44 @@ loop (or after ``delay`` seconds), so handlers finishing in the same turn share 
 ``on_done`` learns, per job, whether it completed (True), its lease was lost (False), or the
 write failed (the exception). ``timed``, when given (metrics on), learns how many seconds
 each write took.
+
+A write that fails with ``BackendUnavailable`` (the connection dropped for longer than
+the client's own reconnects; the write may or may not have committed) is tried again,
+pausing 0.1 s doubling to 2 s, for the jobs whose leases ``lease_ends`` says the worker
+still holds: repeating an ack is safe (a repeat by the same lease is a success, a lease
+lost meanwhile refuses it), and a job whose ack gets through is not run again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from leaseq._client import AsyncQueue
 from leaseq._core.job import Job
+from leaseq.errors import BackendUnavailable
+
+log = logging.getLogger("leaseq.worker")
 
 Done = Callable[[Job, bool | BaseException], None]
+RETRY_FIRST, RETRY_MAX = 0.1, 2.0  # pauses between tries of an ack write that failed
 
 
 class Completer:
     def __init__(
         self, aq: AsyncQueue, on_done: Done, max_batch: int = 500, delay: float = 0.0,
         timed: Callable[[float], None] | None = None,
+        lease_ends: Callable[[Job], float] | None = None,
     ) -> None:
         self.aq = aq
         self.on_done = on_done
         self.timed = timed
+        self.lease_ends = lease_ends
+        self.pause = RETRY_FIRST
         self.max_batch = max_batch
         self.delay = delay
         self.pending: list[tuple[Job, Any]] = []
@@ -66,15 +80,37 @@ class Completer:
         began = time.perf_counter() if self.timed is not None else 0.0
         try:
             done: list[bool] = await self.aq.ack_many(batch)
-        except Exception as exc:  # every job of the batch learns of the failed write
-            for job, _ in batch:
-                self.on_done(job, exc)
-            return
+        except Exception as exc:
+            failure: Exception | None = exc
+        else:
+            failure = None
         finally:
             if self.timed is not None:
                 self.timed(time.perf_counter() - began)
-        for (job, _), ok in zip(batch, done, strict=True):
-            self.on_done(job, ok)
+        if failure is None:
+            self.pause = RETRY_FIRST
+            for (job, _), ok in zip(batch, done, strict=True):
+                self.on_done(job, ok)
+            return
+        # Every job of the batch learns of the failed write, but those tried again.
+        again = self._again(batch, failure)
+        for job, _ in batch:
+            if job.id not in again:
+                self.on_done(job, failure)
+        if again:
+            log.warning("ack of %d jobs failed (%s); trying again in %.1f s while their "
+                        "leases last", len(again), failure, self.pause)
+            await asyncio.sleep(self.pause)
+            self.pause = min(RETRY_MAX, self.pause * 2)
+            self.pending[:0] = [item for item in batch if item[0].id in again]
+
+    def _again(self, batch: list[tuple[Job, Any]], exc: Exception) -> set[int]:
+        """The ids of the jobs whose failed ack is worth another try: the outcome is
+        unknown (``BackendUnavailable``) and the lease lasts past the pause."""
+        if self.lease_ends is None or not isinstance(exc, BackendUnavailable):
+            return set()
+        after = time.monotonic() + self.pause
+        return {job.id for job, _ in batch if self.lease_ends(job) > after}
 
     async def close(self) -> None:
         """Writes what is pending, then stops (never in the middle of a write)."""

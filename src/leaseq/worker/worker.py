@@ -233,7 +233,8 @@ class Worker:
         if self.metrics is not None:
             self._metrics = self.metrics.recorder(aq.backend, self.queues, self._held_queues)
         self._completer = Completer(aq, self._acked,
-                                    timed=None if self._metrics is None else self._metrics.acked)
+                                    timed=None if self._metrics is None else self._metrics.acked,
+                                    lease_ends=self._lease_ends)
         self._completer.start()
         beats = threading.Thread(target=self._heartbeats, name="leaseq-heartbeat", daemon=True)
         beats.start()
@@ -463,6 +464,12 @@ class Worker:
         """The queue of every job held now (metrics read it from the scrape's thread; a
         list() of a dict is one step under the GIL, as for the heartbeat thread)."""
         return [ctx.job.queue for ctx, _ in list(self.inflight.values())]
+
+    def _lease_ends(self, job: Job) -> float:
+        """When (monotonic) this worker's lease on ``job`` ends by its own estimate; 0
+        when it does not hold the job (any more)."""
+        held = self.inflight.get(job.id)
+        return 0.0 if held is None or held[0].lease_lost else held[0].expires
 
     def _acked(self, job: Job, outcome: bool | BaseException) -> None:
         """The completer wrote (or failed to write) ``job``'s ack."""

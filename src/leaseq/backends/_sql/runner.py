@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from leaseq.backends._plans import outcome_unknown
 from leaseq.backends._sql.plan import Plan, PlanFactory, Result, Stmt, drive
 from leaseq.errors import BackendError, BackendUnavailable, LeaseqError
 
@@ -82,7 +83,13 @@ class SyncRunner(ABC):
                     self.recover()
                     time.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
-                raise self.translate(exc) from exc
+                raise self.failed(exc, write and not idempotent) from exc
+
+    def failed(self, exc: BaseException, unrepeated_write: bool) -> LeaseqError:
+        """``exc`` translated; for a write not repeated whose connection dropped, an
+        error that says its outcome is unknown."""
+        error = self.translate(exc)
+        return outcome_unknown(error) if unrepeated_write and self.disconnected(exc) else error
 
     def disconnected(self, exc: BaseException) -> bool:
         """True when ``exc`` says the connection to the server was lost."""
@@ -223,7 +230,10 @@ class AsyncRunner(ABC):
                         await self.recover()
                         await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
                         continue
-                    raise self.translate(exc) from exc
+                    error = self.translate(exc)
+                    if write and not idempotent and self.disconnected(exc):
+                        error = outcome_unknown(error)  # see SyncRunner.failed
+                    raise error from exc
         return after(result) if after else result
 
     @staticmethod

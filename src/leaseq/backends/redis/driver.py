@@ -36,7 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from leaseq._core.settings import Settings
-from leaseq.backends._plans import REPEATABLE, PlanBackend
+from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
 from leaseq.errors import (
@@ -96,6 +96,14 @@ def translate(exc: BaseException, where: str) -> LeaseqError:
     if "DB index is out of range" in text:
         return ConfigurationError(f"Redis at {where}: {text}")
     return BackendError(f"Redis at {where} failed: {text}")
+
+
+def failed(exc: BaseException, where: str, idempotent: bool) -> LeaseqError:
+    """``exc`` translated; when the connection dropped under an operation that is not
+    repeated (every one of them writes: reads are repeatable), an error that says the
+    write's outcome is unknown."""
+    error = translate(exc, where)
+    return error if idempotent or not disconnected(exc) else outcome_unknown(error)
 
 
 def drive(plan: Plan[T], execute: Callable[[Call], Any]) -> T:
@@ -162,7 +170,7 @@ class SyncRunner:
                     reconnects += 1
                     time.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
-                raise translate(exc, self.where) from exc
+                raise failed(exc, self.where, idempotent) from exc
 
     def command(self, *args: Any) -> Any:
         return self.client.execute_command(*args)
@@ -250,7 +258,7 @@ class AsyncRunner:
                     reconnects += 1
                     await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
-                raise translate(exc, self.where) from exc
+                raise failed(exc, self.where, idempotent) from exc
 
     async def command(self, *args: Any) -> Any:
         if self.slots is None:
