@@ -185,14 +185,24 @@ def missing(service: str, answers: list[tuple[str, Any]],
             not_found: type[Exception]) -> Exception:
     """Why no primary of ``service`` was found, from each Sentinel's answer to
     ``SENTINEL MASTER`` (asked only then: never on the hot path). A
-    ``ConfigurationError`` when every Sentinel answered and none monitors ``service``;
-    else ``not_found`` (redis-py's ``MasterNotFoundError``, a ``ConnectionError``: the
-    primary may be back in a moment, as after a failover) naming each Sentinel's view."""
+    ``ConfigurationError`` when every Sentinel answered and none monitors ``service``; an
+    ``AuthenticationError`` when every one refused the credentials; else ``not_found``
+    (redis-py's ``MasterNotFoundError``, a ``ConnectionError``: the primary may be back in
+    a moment, as after a failover) naming each Sentinel's view."""
     if answers and all(isinstance(a, redis.ResponseError) and UNKNOWN in str(a).lower()
                        for _, a in answers):
         return ConfigurationError(
             f"the Redis Sentinels monitor no service {service!r}: check the name after "
             f"the hosts in the URL ({FORM})"
+        )
+    refused = [a for _, a in answers
+               if isinstance(a, (redis.AuthenticationError, redis.exceptions.AuthorizationError))]
+    if answers and len(refused) == len(answers):
+        # Not retried, and translated to AuthenticationFailed, as for a data node.
+        return redis.AuthenticationError(
+            f"the Redis Sentinels refused the credentials ({refused[0]}): their password "
+            "goes in the URL's sentinel_password= (and sentinel_username=); the one "
+            "before @ is the data nodes'"
         )
     views = []
     for address, answer in answers:
@@ -215,8 +225,10 @@ def sync_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
     )
-    client = manager.master_for(target.service, connection_pool_class=BlockingSentinelPool,  # type: ignore[no-untyped-call]
-                                **{**options, **target.options})
+    client = manager.master_for(  # type: ignore[no-untyped-call]
+        target.service, connection_pool_class=BlockingSentinelPool,
+        **{**options, **target.options},
+    )
     return client, manager
 
 
