@@ -43,16 +43,18 @@ class Topology:
     """A primary on ``port``, replicas on ``port + 1`` and ``port + 2``, a Sentinel on
     ``port + 100``, under ``dir`` (``scripts/redis-sentinel``)."""
 
-    def __init__(self, directory: Path, port: int) -> None:
+    def __init__(self, directory: Path, port: int, tls: bool = False) -> None:
         self.dir = directory
         self.port = port
         self.sentinel = port + 100
+        self.tls = tls
 
     def url(self, tail: str = "", scheme: str = "redis+sentinel", auth: str = "") -> str:
         return f"{scheme}://{auth}127.0.0.1:{self.sentinel}/{SERVICE}{tail}"
 
     def start(self) -> None:
-        done = subprocess.run([str(SCRIPT), "start", str(self.dir), str(self.port)],
+        done = subprocess.run([str(SCRIPT), "start", str(self.dir), str(self.port),
+                               *(["--tls"] if self.tls else [])],
                               capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
             self.stop()
@@ -457,3 +459,31 @@ def test_a_demoted_primary_answering_readonly_leads_to_the_new_one(fresh: Topolo
             assert node.exists(Keys(prefix).job("ro", second))
         assert q.get(first).state == "available"
         assert q.get(second).payload == {"n": 2}
+
+
+def test_rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes(
+    tmp_path: Path,
+) -> None:
+    """Every port of this topology speaks TLS only (``scripts/redis-sentinel --tls``)."""
+    topo = Topology(tmp_path / "tls", BASE + 6, tls=True)
+    topo.start()
+    try:
+        ca = topo.dir / "tls" / "ca.crt"
+        url = topo.url(f"?ssl_ca_certs={ca}", scheme="rediss+sentinel")
+        prefix = new_prefix()
+        with leaseq.connect(url, table_prefix=prefix) as q:
+            job_id = q.enqueue("tls", {"n": 1}).id
+
+        async def read() -> str:
+            async with leaseq.connect_async(url, table_prefix=prefix) as aq:
+                return (await aq.get(job_id)).state
+
+        assert asyncio.run(read()) == "available"
+        # Without the CA the certificate is refused, by the Sentinel first.
+        with pytest.raises(leaseq.BackendUnavailable, match="certificate verify failed"):
+            leaseq.connect(topo.url(scheme="rediss+sentinel"), connect_timeout=3)
+        # And plain text gets nowhere.
+        with pytest.raises(leaseq.BackendUnavailable):
+            leaseq.connect(topo.url(), connect_timeout=3)
+    finally:
+        topo.stop()
