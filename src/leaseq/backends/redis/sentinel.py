@@ -17,6 +17,8 @@ path: the lookup happens only when a connection is opened.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +86,9 @@ def parse(url: str) -> Target | None:
     if db and not db.isdigit():
         raise ConfigurationError(f"{shown!r}: the database must be a number, not {db!r}")
     pairs = parse_qsl(query, keep_blank_values=True)
+    for key, _ in pairs:
+        if key not in SENTINEL_AUTH and key not in connection_options():
+            raise ConfigurationError(f"{shown!r}: unknown option {key!r} in the query")
     sentinel_options: dict[str, Any] = {
         SENTINEL_AUTH[key]: value for key, value in pairs if key in SENTINEL_AUTH
     }
@@ -106,6 +111,24 @@ def parse(url: str) -> Target | None:
         sentinel_options["ssl"] = True
         sentinel_options.update({k: v for k, v in options.items() if k.startswith("ssl_")})
     return Target(sentinels, service, options, sentinel_options)
+
+
+@functools.cache
+def connection_options() -> frozenset[str]:
+    """The option names a redis-py connection (TLS included) or its pool accepts: any
+    other name in the query would fail at the first connect with a ``TypeError``."""
+    names = {"max_connections", "timeout"}
+    for cls in redis.connection.SSLConnection.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # a builtin's __init__
+            continue
+        names.update(p.name for p in parameters
+                     if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self")
+    return frozenset(names)
 
 
 def _sentinel(item: str, shown: str) -> tuple[str, int]:
