@@ -44,7 +44,13 @@ from leaseq._core.settings import Settings
 from leaseq.backends._plans import REPEATABLE, PlanBackend
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
-from leaseq.backends.redis.sentinel import Target, async_client, sync_client
+from leaseq.backends.redis.sentinel import (
+    Target,
+    aclose_sentinels,
+    async_client,
+    close_sentinels,
+    sync_client,
+)
 from leaseq.backends.redis.sentinel import parse as sentinel_target
 from leaseq.errors import (
     AuthenticationFailed,
@@ -152,6 +158,7 @@ class SyncRunner:
         self.sentinels: Any = None
         if sentinel is not None:
             self.client, self.sentinels = sync_client(sentinel, pool_options(settings))
+            self.pool = self.client.connection_pool
             return
         if seeds is not None:
             self.client = redis.cluster.RedisCluster.from_url(
@@ -212,7 +219,7 @@ class SyncRunner:
         if self.pool is not None:
             self.pool.disconnect()
         if self.sentinels is not None:
-            self.sentinels.close()
+            close_sentinels(self.sentinels)
 
 
 class AsyncRunner:
@@ -234,6 +241,7 @@ class AsyncRunner:
         self.sentinels: Any = None
         if sentinel is not None:
             self.client, self.sentinels = async_client(sentinel, pool_options(settings))
+            self.pool = self.client.connection_pool
             return
         if seeds is not None:
             options = pool_options(settings)
@@ -317,7 +325,7 @@ class AsyncRunner:
         if self.pool is not None:
             await self.pool.disconnect()
         if self.sentinels is not None:
-            await self.sentinels.aclose()
+            await aclose_sentinels(self.sentinels)
 
 
 class RedisBackend(PlanBackend):

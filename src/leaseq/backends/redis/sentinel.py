@@ -156,6 +156,15 @@ class BlockingSentinelPool(redis.sentinel.SentinelConnectionPool,
     ``max_connections``, and a caller waits up to ``timeout`` for a free one, as leaseq's
     pool does on a plain ``redis://`` URL."""
 
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        """All connections, or (as the Sentinel pool asks when the primary moved) only
+        the idle ones: redis-py's blocking pool offers that choice only from 5.1."""
+        if inuse_connections:
+            super().disconnect()
+            return
+        for connection in [c for c in list(self.pool.queue) if c is not None]:
+            connection.disconnect()
+
 
 class AsyncBlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool,
                                 redis.asyncio.BlockingConnectionPool):
@@ -243,7 +252,8 @@ def missing(service: str, answers: list[tuple[str, Any]],
 
 def sync_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
     """A ``redis.Redis`` on the current primary with a ``BlockingSentinelPool`` (options:
-    ``pool_options``, which the URL's own override), and its ``Sentinel`` (close both)."""
+    ``pool_options``, which the URL's own override), and its ``Sentinel``. To close: the
+    client, its ``connection_pool`` (older redis-py leaves it open), ``close_sentinels``."""
     manager = Sentinel(  # type: ignore[no-untyped-call]
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
@@ -256,7 +266,7 @@ def sync_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
 
 
 def async_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
-    """``sync_client`` for asyncio (``aclose`` both)."""
+    """``sync_client`` for asyncio (``aclose_sentinels``)."""
     manager = AsyncSentinel(  # type: ignore[no-untyped-call]
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
@@ -265,3 +275,16 @@ def async_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
                                 connection_pool_class=AsyncBlockingSentinelPool,
                                 **{**options, **target.options})
     return client, manager
+
+
+def close_sentinels(manager: Any) -> None:
+    """Closes the connections ``manager`` (a ``Sentinel``) holds to the Sentinels:
+    redis-py's own ``Sentinel.close`` only came with 8.1."""
+    for sentinel in manager.sentinels:
+        sentinel.close()
+
+
+async def aclose_sentinels(manager: Any) -> None:
+    """``close_sentinels`` for an ``AsyncSentinel``."""
+    for sentinel in manager.sentinels:
+        await sentinel.aclose()
