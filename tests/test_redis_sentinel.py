@@ -438,8 +438,11 @@ def test_a_demoted_primary_answering_readonly_leads_to_the_new_one(fresh: Topolo
 
     prefix = new_prefix()
     old, new, other = fresh.port, fresh.port + 1, fresh.port + 2
+    loop = asyncio.new_event_loop()  # the async client's, across the switch
+    aq = leaseq.connect_async(fresh.url(), table_prefix=prefix, pool_size=1)
     with leaseq.connect(fresh.url(), table_prefix=prefix, pool_size=1) as q:
         first = q.enqueue("ro", {"n": 1}).id
+        loop.run_until_complete(aq.enqueue("ro", {"n": 10}))  # its connection is open
         with fresh.node(new) as node:
             node.execute_command("REPLICAOF", "NO", "ONE")
         for port in (old, other):
@@ -465,6 +468,19 @@ def test_a_demoted_primary_answering_readonly_leads_to_the_new_one(fresh: Topolo
             assert node.exists(Keys(prefix).job("ro", second))
         assert q.get(first).state == "available"
         assert q.get(second).payload == {"n": 2}
+
+        async def async_client_follows() -> int:
+            with pytest.raises(leaseq.BackendUnavailable, match=r"slave|replica"):
+                await aq.enqueue("ro", {"n": 3}, unique_key="three")
+            return (await aq.enqueue("ro", {"n": 3}, unique_key="three")).id
+
+        try:
+            third = loop.run_until_complete(async_client_follows())
+        finally:
+            loop.run_until_complete(aq.close())
+            loop.close()
+        with fresh.node(new) as node:
+            assert node.exists(Keys(prefix).job("ro", third))
 
 
 def test_rediss_sentinel_speaks_tls_to_the_sentinels_and_the_data_nodes(
