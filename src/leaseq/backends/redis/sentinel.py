@@ -158,7 +158,7 @@ class BlockingSentinelPool(redis.sentinel.SentinelConnectionPool,
 
     def disconnect(self, inuse_connections: bool = True) -> None:
         """All connections, or (as the Sentinel pool asks when the primary moved) only
-        the idle ones: redis-py's blocking pool offers that choice only from 5.1."""
+        the idle ones, which the sync blocking pool of redis-py 5.0 cannot do."""
         if inuse_connections:
             super().disconnect()
             return
