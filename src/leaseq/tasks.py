@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from leaseq import _results, _typed
 from leaseq._client import AsyncQueue, Queue
+from leaseq._core import backoff as _backoff
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
-from leaseq._core.job import EnqueueResult, ResultWaiter
+from leaseq._core.job import EnqueueResult, Job, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
@@ -63,6 +64,7 @@ class TaskOptions:
     lease: float | None = None
     backoff: Backoff | None = None
     unique_key: UniqueKey = None
+    unique_for: float | timedelta | None = None
     delay: float | timedelta = 0
     run_at: datetime | None = None
     headers: Mapping[str, str] | None = None
@@ -106,8 +108,16 @@ class Task(Generic[P, R]):
 
     @property
     def backoff(self) -> Backoff:
-        """Retry delays after a failure."""
+        """The task's own retry delays, else the app's default (``Settings.backoff``).
+        A worker retries with ``retry_backoff``, which lets a queue's stored backoff come
+        between the two."""
         return self.defaults.backoff or self.app.settings.backoff
+
+    def retry_backoff(self, job: Job) -> Backoff | None:
+        """The retry delays given for ``job``: by ``options(backoff=...)`` when it was
+        enqueued, else by ``@app.task(backoff=...)``; None when neither gave any, and then
+        the queue's stored backoff applies, else the app's (``Queue.nack``)."""
+        return _backoff.from_header(job.headers) or self.defaults.backoff
 
     @property
     def on_failure(self) -> FailureHook | None:
@@ -162,14 +172,23 @@ class Task(Generic[P, R]):
         unique_key: UniqueKey = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
+        backoff: Backoff | None = None,
+        unique_for: float | timedelta | None = None,
         conn: Any = None,
     ) -> BoundTask[P, R]:
         """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
         enqueues inside your own database transaction; ``headers`` travel with the job
-        (``Queue.enqueue``)."""
+        (``Queue.enqueue``). ``backoff`` is these jobs' retry delays, ahead of the queue's
+        stored backoff (it travels as a ``leaseq-backoff`` header). ``unique_for`` keeps
+        the unique key taken for that long after the job finished (``Queue.enqueue``);
+        it needs a ``unique_key``, here or on the task."""
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise InvalidArgument(f"{self.name}: backoff must be a leaseq.Backoff, "
+                                  f"got {backoff!r}")
         changes: dict[str, Any] = {k: val for k, val in {
             "queue": queue, "priority": priority, "delay": delay, "run_at": run_at,
             "unique_key": unique_key, "max_attempts": max_attempts, "headers": headers,
+            "backoff": backoff, "unique_for": unique_for,
         }.items() if val is not None}
         return BoundTask(self, replace(self.defaults, **changes), conn)
 
@@ -256,19 +275,30 @@ class BoundTask(Generic[P, R]):
         self.task, self.opts, self.conn = task, options, conn
 
     def _item(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        unique = self.opts.unique_key
+        opts = self.opts
+        unique = opts.unique_key
         if callable(unique):
             unique = unique(**arguments)
+        if opts.unique_for is not None and unique is None:
+            raise InvalidArgument(
+                f"{self.task.name}: unique_for needs a unique_key; give one with "
+                "@app.task(unique_key=...) or .options(unique_key=...)")
         conversion = self.task.conversion
         payload = arguments if conversion is None else conversion.dump_arguments(arguments)
+        headers = opts.headers
+        if opts.backoff is not self.task.defaults.backoff and opts.backoff is not None:
+            # Given per call, so the worker cannot know it from the task: it travels
+            # with the job (a task's own backoff does not, the worker has it).
+            headers = {**(headers or {}), _backoff.HEADER: _backoff.to_header(opts.backoff)}
         return {
-            "queue": self.opts.queue, "payload": payload, "kind": self.task.name,
-            "priority": self.opts.priority, "delay": self.opts.delay, "run_at": self.opts.run_at,
-            "unique_key": unique, "max_attempts": self.opts.max_attempts,
+            "queue": opts.queue, "payload": payload, "kind": self.task.name,
+            "priority": opts.priority, "delay": opts.delay, "run_at": opts.run_at,
+            "unique_key": unique, "max_attempts": opts.max_attempts,
             # A task's own lease travels with each job, so any worker or plain dequeue
             # leases it for as long as the task asked (within the queue's max_lease).
-            "lease": self.opts.lease,
-            "headers": self.opts.headers,
+            "lease": opts.lease,
+            "unique_for": opts.unique_for,
+            "headers": headers,
         }
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -390,6 +420,7 @@ class App:
         lease: float | None = None,
         backoff: Backoff | None = None,
         unique_key: UniqueKey = None,
+        unique_for: float | timedelta | None = None,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
@@ -406,6 +437,7 @@ class App:
         lease: float | None = None,
         backoff: Backoff | None = None,
         unique_key: UniqueKey = None,
+        unique_for: float | timedelta | None = None,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
@@ -418,9 +450,15 @@ class App:
             max_attempts: Attempts before dead; defaults to the app's setting.
             timeout: Seconds a run may take before it counts as failed.
             lease: Lease length in seconds; renewed every lease/3 while it runs.
-            backoff: Retry delays; defaults to the app's setting.
+            backoff: Retry delays. Without it a failed job is retried after the queue's
+                stored backoff (``configure_queue``), else the app's ``Settings.backoff``.
             unique_key: A string, or a function of the task's arguments returning one:
                 at most one live job per key.
+            unique_for: Seconds (or a timedelta) the key stays taken after the job
+                finished, so a repeat within that window is refused too
+                (``Queue.enqueue``). Applies to every call with a key, the task's or one
+                given by ``options(unique_key=...)``; an enqueue without any key raises
+                ``InvalidArgument``.
             on_failure: ``fn(job, exc)``, plain or ``async def``, called in the worker after
                 every attempt that failed by raising, with the job as stored after the
                 failure. Defaults to the app's ``on_failure``.
@@ -435,6 +473,9 @@ class App:
             lease=None if lease is None else v.seconds("lease", lease, positive=True),
             backoff=backoff,
             unique_key=unique_key,
+            unique_for=None if unique_for is None else v.seconds(
+                "unique_for", unique_for.total_seconds() if isinstance(unique_for, timedelta)
+                else unique_for, positive=True),
         )
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
