@@ -57,10 +57,11 @@ class Signature:
             task.signature.bind_partial(*self.args, **self.kwargs)
         except TypeError as exc:
             raise InvalidArgument(f"{task.name}: {exc}") from exc
-        if self.bound.opts.unique_key is not None:
+        if self.bound.opts.unique_key is not None or self.bound.opts.unique_for is not None:
             raise InvalidArgument(
-                f"{task.name}: a task with a unique_key cannot be a step of a chain or group "
-                "(a twin would stand in for the step, and its flow would wait forever)")
+                f"{task.name}: a task with a unique_key or unique_for cannot be a step of a "
+                "chain or group (a twin would stand in for the step, and its flow would "
+                "wait forever)")
 
     @property
     def first_parameter(self) -> str:

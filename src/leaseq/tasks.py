@@ -179,9 +179,10 @@ class Task(Generic[P, R]):
         """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
         enqueues inside your own database transaction; ``headers`` travel with the job
         (``Queue.enqueue``). ``backoff`` is these jobs' retry delays, ahead of the queue's
-        stored backoff (it travels as a ``leaseq-backoff`` header). ``unique_for`` keeps
-        the unique key taken for that long after the job finished (``Queue.enqueue``);
-        it needs a ``unique_key``, here or on the task."""
+        stored backoff (it travels as a ``leaseq-backoff`` header). ``unique_for``: a
+        job with the same key that finished less than this long ago also stands in for
+        the new one (``Queue.enqueue``); it needs a ``unique_key``, here or on the task,
+        else the enqueue raises ``InvalidArgument``."""
         if backoff is not None and not isinstance(backoff, Backoff):
             raise InvalidArgument(f"{self.name}: backoff must be a leaseq.Backoff, "
                                   f"got {backoff!r}")
@@ -454,11 +455,11 @@ class App:
                 stored backoff (``configure_queue``), else the app's ``Settings.backoff``.
             unique_key: A string, or a function of the task's arguments returning one:
                 at most one live job per key.
-            unique_for: Seconds (or a timedelta) the key stays taken after the job
-                finished, so a repeat within that window is refused too
-                (``Queue.enqueue``). Applies to every call with a key, the task's or one
-                given by ``options(unique_key=...)``; an enqueue without any key raises
-                ``InvalidArgument``.
+            unique_for: Seconds (or a timedelta): an enqueue also returns a job with the
+                same key that finished less than this long ago, with ``created=False``,
+                instead of making a new one (``Queue.enqueue``). Applies to every call
+                with a key, the task's or one given by ``options(unique_key=...)``; an
+                enqueue without any key raises ``InvalidArgument``.
             on_failure: ``fn(job, exc)``, plain or ``async def``, called in the worker after
                 every attempt that failed by raising, with the job as stored after the
                 failure. Defaults to the app's ``on_failure``.
