@@ -16,7 +16,12 @@ are stored as JSON and rebuilt before the call (``_typed.py``, docs/typed-payloa
 ``on_failure`` and ``on_dead`` hooks, per task or for the whole app, are told about failed
 attempts and dead jobs (docs/hooks.md). ``App.periodic`` and ``App.schedule`` enqueue a
 task's job on a cron or fixed-period schedule, from every worker of the app, once per tick
-(docs/schedules.md).
+(docs/schedules.md). ``task.s(...)`` makes a ``Signature``, a call that ``leaseq.flows``
+composes into chains and groups (docs/workflows.md).
+
+This module imports nothing above itself: flows.py and schedules.py build on it, never the
+other way round (docs/design.md §34, tests/test_layers.py). So ``Signature`` lives here,
+and the schedule arithmetic ``App.schedule`` needs lives below, in ``leaseq._core``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import inspect
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import MappingProxyType
@@ -35,17 +40,19 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 from leaseq import _results, _typed
 from leaseq._client import AsyncQueue, Queue
 from leaseq._core import backoff as _backoff
+from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
+from leaseq._core.flow import FlowLink
 from leaseq._core.job import EnqueueResult, Job, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
+from leaseq.backends.base import NewJob
 from leaseq.errors import ConfigurationError, InvalidArgument
 
 if TYPE_CHECKING:
-    from leaseq.flows import Signature
-    from leaseq.schedules import Schedule
+    from leaseq._core.schedule import Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -328,8 +335,6 @@ class BoundTask(Generic[P, R]):
         if self.conn is not None:
             raise InvalidArgument(f"{self.task.name}: a step of a chain or group takes no "
                                   "conn=; pass it to the chain's or group's enqueue(conn=...)")
-        from leaseq.flows import Signature  # on first use: most apps have no flows
-
         return Signature(self, args, kwargs)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -339,6 +344,82 @@ class BoundTask(Generic[P, R]):
         if app.eager:
             return await app.run_eagerly_async(self.task, item["payload"])
         return self.task.bind([await app.async_queue.enqueue(**item, conn=self.conn)])[0]
+
+
+_HOLE = object()  # stands for the result a receiving step's first parameter will get
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A task call to enqueue later, as a chain step, group member or callback. Made by
+    ``task.s(*args, **kwargs)`` (or ``task.options(...).s(...)``); ``leaseq.flows``
+    composes them into chains and groups.
+
+    Attributes:
+        bound: The task with its per-call options.
+        args: Positional arguments as given.
+        kwargs: Keyword arguments as given.
+    """
+
+    bound: BoundTask[Any, Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        task = self.bound.task
+        try:  # the checks that hold whether or not this call will receive a result
+            task.signature.bind_partial(*self.args, **self.kwargs)
+        except TypeError as exc:
+            raise InvalidArgument(f"{task.name}: {exc}") from exc
+        if self.bound.opts.unique_key is not None or self.bound.opts.unique_for is not None:
+            raise InvalidArgument(
+                f"{task.name}: a task with a unique_key or unique_for cannot be a step of a "
+                "chain or group (a twin would stand in for the step, and its flow would "
+                "wait forever)")
+
+    @property
+    def first_parameter(self) -> str:
+        """The name of the parameter a result fills when this call receives one."""
+        task = self.bound.task
+        params = list(task.signature.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_OR_KEYWORD,
+                                                params[0].KEYWORD_ONLY):
+            raise InvalidArgument(
+                f"{task.name}: a step that receives a result needs a first parameter to "
+                "receive it in (not *args, **kwargs or positional-only)")
+        return params[0].name
+
+    def arguments(self, receives: bool) -> dict[str, Any]:
+        """The call's keyword arguments, checked against the function; with ``receives``,
+        without the first parameter, which the previous result will fill."""
+        task = self.bound.task
+        if not receives:
+            return task.arguments(self.args, dict(self.kwargs))
+        first = self.first_parameter
+        if first in self.kwargs:
+            raise InvalidArgument(
+                f"{task.name}: {first!r} receives the previous result; do not pass it")
+        named = task.arguments((_HOLE, *self.args), dict(self.kwargs))
+        del named[first]
+        return named
+
+    def new_job(self, queue: Queue | AsyncQueue, receives: bool, link: FlowLink | None
+                ) -> NewJob:
+        """The job of this call, with its ``leaseq-flow`` header (``link``; none for a
+        group's callback, whose ack is a plain one)."""
+        item = self.bound._item(self.arguments(receives))
+        if receives and item["run_at"] is not None:
+            raise InvalidArgument(
+                f"{self.bound.task.name}: a step that waits for a result cannot have run_at; "
+                "use delay (counted from when it is enqueued)")
+        if link is not None:
+            headers = dict(item["headers"] or {})
+            headers[_flow.HEADER] = _flow.header(link)
+            item["headers"] = headers
+        return queue._new_job(**item, flow=True)
+
+    def __repr__(self) -> str:
+        return f"<Signature {self.bound.task.name} args={self.args!r} kwargs={self.kwargs!r}>"
 
 
 class App:
@@ -367,7 +448,7 @@ class App:
         self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self._schedules: dict[str, Schedule] = {}
+        self._schedules: dict[str, Schedule[Task[Any, Any]]] = {}
         self.eager = False
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
@@ -491,7 +572,7 @@ class App:
         return register(fn) if fn is not None else register
 
     @property
-    def schedules(self) -> Mapping[str, Schedule]:
+    def schedules(self) -> Mapping[str, Schedule[Task[Any, Any]]]:
         """The app's schedules by name (read-only), in the order they were declared."""
         return MappingProxyType(self._schedules)
 
@@ -535,7 +616,7 @@ class App:
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
         catch_up: float | timedelta | None = None,
-    ) -> Schedule:
+    ) -> Schedule[Task[Any, Any]]:
         """Enqueue ``task``'s job at each tick of a schedule, from every worker of this app,
         once per tick however many run (docs/schedules.md)::
 
@@ -562,7 +643,7 @@ class App:
         if not isinstance(task, Task) or task.app is not self:
             raise ConfigurationError(
                 f"app.schedule needs a task of this app (made by @app.task), got {task!r}")
-        from leaseq.schedules import new_schedule  # on first use, with cronsim
+        from leaseq._core.schedule import new_schedule  # on first use, with cronsim
 
         declared = new_schedule(task, cron=cron, every=every, tz=tz, kwargs=kwargs,
                                 name=name, catch_up=catch_up)
