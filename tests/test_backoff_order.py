@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import leaseq
+from leaseq import testing
 from tests import _backoff_app
 from tests._processes import ROOT, WorkerFleet
 from tests.conftest import require
@@ -56,6 +57,8 @@ def enqueue_each_way(app: leaseq.App) -> dict[int, float]:
         fails.options(backoff=per_call).enqueue().id: 90,  # the call's over the queue's
         own.options(backoff=leaseq.Backoff(60, 60, 0)).enqueue().id: 60,  # over the task's
         plain.enqueue().id: _backoff_app.APP_BACKOFF.base,  # no queue setting: the app's
+        # A producer without the task sets the header that options(backoff=) sets.
+        app.queue.enqueue("bk", kind="fails", headers={"leaseq-backoff": "70,70,0"}).id: 70,
     }
 
 
@@ -91,5 +94,19 @@ def test_an_in_process_worker_follows_the_same_order(q: leaseq.Queue, url: str,
             for job_id, delay in wanted.items():
                 got = wait_for(lambda job_id=job_id: retry_delay(app.queue, job_id))
                 assert got == pytest.approx(delay, abs=1.5), (job_id, got, delay)
+    finally:
+        app.close()
+
+
+def test_testing_drain_follows_the_same_order(q: leaseq.Queue, url: str,
+                                              prefix: str) -> None:
+    """``leaseq.testing.drain`` records failures as the worker does."""
+    q.configure_queue("bk", base_backoff=500, max_backoff=500, jitter=0)
+    app = leaseq.App(url, table_prefix=prefix, backoff=_backoff_app.APP_BACKOFF)
+    try:
+        wanted = enqueue_each_way(app)
+        assert testing.drain(app, ["bk", "plain"], raise_errors=False).failed == len(wanted)
+        got = {job_id: retry_delay(app.queue, job_id) for job_id in wanted}
+        assert got == pytest.approx(wanted, abs=1.5)
     finally:
         app.close()
