@@ -42,18 +42,18 @@ from leaseq.errors import (
     ValidationError,
 )
 from leaseq.outcomes import Bury, Discard, Retry
-from leaseq.tasks import App, BoundTask, Task
+from leaseq.tasks import App, BoundTask, Signature, Task
 from leaseq.worker import JobContext, Worker, current_job
 
 if typing.TYPE_CHECKING:
-    from leaseq.flows import Chain, FlowResult, Group, Signature, chain, group
+    from leaseq.flows import Chain, FlowResult, Group, chain, group
     from leaseq.schedules import Schedule
 
 # Imported on first use: a worker that runs no workflow and no schedule starts without
 # them (and without cronsim and zoneinfo), which is ~10 ms of every start (docs/design.md).
 _LAZY = {
     "Chain": "leaseq.flows", "FlowResult": "leaseq.flows", "Group": "leaseq.flows",
-    "Signature": "leaseq.flows", "chain": "leaseq.flows", "group": "leaseq.flows",
+    "chain": "leaseq.flows", "group": "leaseq.flows",
     "Schedule": "leaseq.schedules",
 }
 

@@ -21,91 +21,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from leaseq._core import flow as _flow
 from leaseq._core.flow import FlowKind, FlowLink, FlowState
 from leaseq.backends.base import FlowStep, NewFlow, NewJob
 from leaseq.errors import ConfigurationError, InvalidArgument, JobNotFound
+from leaseq.tasks import App
+from leaseq.tasks import Signature as Signature  # its home is tasks.py (docs/design.md §34)
 
 if TYPE_CHECKING:
     from leaseq._client import AsyncQueue, Queue
-    from leaseq.tasks import App, BoundTask
-
-_HOLE = object()  # stands for the result a receiving step's first parameter will get
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A task call to enqueue later, as a chain step, group member or callback. Made by
-    ``task.s(*args, **kwargs)`` (or ``task.options(...).s(...)``).
-
-    Attributes:
-        bound: The task with its per-call options.
-        args: Positional arguments as given.
-        kwargs: Keyword arguments as given.
-    """
-
-    bound: BoundTask[Any, Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        task = self.bound.task
-        try:  # the checks that hold whether or not this call will receive a result
-            task.signature.bind_partial(*self.args, **self.kwargs)
-        except TypeError as exc:
-            raise InvalidArgument(f"{task.name}: {exc}") from exc
-        if self.bound.opts.unique_key is not None:
-            raise InvalidArgument(
-                f"{task.name}: a task with a unique_key cannot be a step of a chain or group "
-                "(a twin would stand in for the step, and its flow would wait forever)")
-
-    @property
-    def first_parameter(self) -> str:
-        """The name of the parameter a result fills when this call receives one."""
-        task = self.bound.task
-        params = list(task.signature.parameters.values())
-        if not params or params[0].kind not in (params[0].POSITIONAL_OR_KEYWORD,
-                                                params[0].KEYWORD_ONLY):
-            raise InvalidArgument(
-                f"{task.name}: a step that receives a result needs a first parameter to "
-                "receive it in (not *args, **kwargs or positional-only)")
-        return params[0].name
-
-    def arguments(self, receives: bool) -> dict[str, Any]:
-        """The call's keyword arguments, checked against the function; with ``receives``,
-        without the first parameter, which the previous result will fill."""
-        task = self.bound.task
-        if not receives:
-            return task.arguments(self.args, dict(self.kwargs))
-        first = self.first_parameter
-        if first in self.kwargs:
-            raise InvalidArgument(
-                f"{task.name}: {first!r} receives the previous result; do not pass it")
-        named = task.arguments((_HOLE, *self.args), dict(self.kwargs))
-        del named[first]
-        return named
-
-    def new_job(self, queue: Queue | AsyncQueue, receives: bool, link: FlowLink | None
-                ) -> NewJob:
-        """The job of this call, with its ``leaseq-flow`` header (``link``; none for a
-        group's callback, whose ack is a plain one)."""
-        item = self.bound._item(self.arguments(receives))
-        if receives and item["run_at"] is not None:
-            raise InvalidArgument(
-                f"{self.bound.task.name}: a step that waits for a result cannot have run_at; "
-                "use delay (counted from when it is enqueued)")
-        if link is not None:
-            headers = dict(item["headers"] or {})
-            headers[_flow.HEADER] = _flow.header(link)
-            item["headers"] = headers
-        return queue._new_job(**item, flow=True)
-
-    def __repr__(self) -> str:
-        return f"<Signature {self.bound.task.name} args={self.args!r} kwargs={self.kwargs!r}>"
-
 
 def chain(*steps: Signature) -> Chain:
     """Steps run one after another, each receiving the previous step's result as its first

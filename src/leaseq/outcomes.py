@@ -1,7 +1,8 @@
 """What a task may signal besides returning or failing: raise one of these.
 
 A task's return value completes the job (stored as its result); any other exception is a
-failure, retried with the task's backoff until attempts run out. Raise ``Retry`` to ask
+failure, retried with the job's backoff (the call's or the task's, else the queue's, else
+the app's: docs/queue-settings.md) until attempts run out. Raise ``Retry`` to ask
 for a specific delay, ``Bury`` to send the job to the dead state for a human, or
 ``Discard`` to drop it to history at once. They are exceptions, not return values, so a
 helper deep inside the task can give up without threading a value back.
@@ -13,7 +14,7 @@ from datetime import timedelta
 
 
 class Retry(Exception):
-    """Retry this job after ``delay`` seconds (default: the task's backoff). Counts as a
+    """Retry this job after ``delay`` seconds (default: the job's backoff). Counts as a
     failed attempt."""
 
     def __init__(self, delay: float | timedelta | None = None, reason: str | None = None):

@@ -16,7 +16,12 @@ are stored as JSON and rebuilt before the call (``_typed.py``, docs/typed-payloa
 ``on_failure`` and ``on_dead`` hooks, per task or for the whole app, are told about failed
 attempts and dead jobs (docs/hooks.md). ``App.periodic`` and ``App.schedule`` enqueue a
 task's job on a cron or fixed-period schedule, from every worker of the app, once per tick
-(docs/schedules.md).
+(docs/schedules.md). ``task.s(...)`` makes a ``Signature``, a call that ``leaseq.flows``
+composes into chains and groups (docs/workflows.md).
+
+This module imports nothing above itself: flows.py and schedules.py build on it, never the
+other way round (docs/design.md §34, tests/test_layers.py). So ``Signature`` lives here,
+and the schedule arithmetic ``App.schedule`` needs lives below, in ``leaseq._core``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import inspect
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from types import MappingProxyType
@@ -34,17 +39,20 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from leaseq import _results, _typed
 from leaseq._client import AsyncQueue, Queue
+from leaseq._core import backoff as _backoff
+from leaseq._core import flow as _flow
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
-from leaseq._core.job import EnqueueResult, ResultWaiter
+from leaseq._core.flow import FlowLink
+from leaseq._core.job import EnqueueResult, Job, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
+from leaseq.backends.base import NewJob
 from leaseq.errors import ConfigurationError, InvalidArgument
 
 if TYPE_CHECKING:
-    from leaseq.flows import Signature
-    from leaseq.schedules import Schedule
+    from leaseq._core.schedule import Schedule
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,6 +71,7 @@ class TaskOptions:
     lease: float | None = None
     backoff: Backoff | None = None
     unique_key: UniqueKey = None
+    unique_for: float | timedelta | None = None
     delay: float | timedelta = 0
     run_at: datetime | None = None
     headers: Mapping[str, str] | None = None
@@ -106,8 +115,16 @@ class Task(Generic[P, R]):
 
     @property
     def backoff(self) -> Backoff:
-        """Retry delays after a failure."""
+        """The task's own retry delays, else the app's default (``Settings.backoff``).
+        A worker retries with ``retry_backoff``, which lets a queue's stored backoff come
+        between the two."""
         return self.defaults.backoff or self.app.settings.backoff
+
+    def retry_backoff(self, job: Job) -> Backoff | None:
+        """The retry delays given for ``job``: by ``options(backoff=...)`` when it was
+        enqueued, else by ``@app.task(backoff=...)``; None when neither gave any, and then
+        the queue's stored backoff applies, else the app's (``Queue.nack``)."""
+        return _backoff.from_header(job.headers) or self.defaults.backoff
 
     @property
     def on_failure(self) -> FailureHook | None:
@@ -162,14 +179,24 @@ class Task(Generic[P, R]):
         unique_key: UniqueKey = None,
         max_attempts: int | None = None,
         headers: Mapping[str, str] | None = None,
+        backoff: Backoff | None = None,
+        unique_for: float | timedelta | None = None,
         conn: Any = None,
     ) -> BoundTask[P, R]:
         """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
         enqueues inside your own database transaction; ``headers`` travel with the job
-        (``Queue.enqueue``)."""
+        (``Queue.enqueue``). ``backoff`` is these jobs' retry delays, ahead of the queue's
+        stored backoff (it travels as a ``leaseq-backoff`` header). ``unique_for``: a
+        job with the same key that finished less than this long ago also stands in for
+        the new one (``Queue.enqueue``); it needs a ``unique_key``, here or on the task,
+        else the enqueue raises ``InvalidArgument``."""
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise InvalidArgument(f"{self.name}: backoff must be a leaseq.Backoff, "
+                                  f"got {backoff!r}")
         changes: dict[str, Any] = {k: val for k, val in {
             "queue": queue, "priority": priority, "delay": delay, "run_at": run_at,
             "unique_key": unique_key, "max_attempts": max_attempts, "headers": headers,
+            "backoff": backoff, "unique_for": unique_for,
         }.items() if val is not None}
         return BoundTask(self, replace(self.defaults, **changes), conn)
 
@@ -256,19 +283,30 @@ class BoundTask(Generic[P, R]):
         self.task, self.opts, self.conn = task, options, conn
 
     def _item(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        unique = self.opts.unique_key
+        opts = self.opts
+        unique = opts.unique_key
         if callable(unique):
             unique = unique(**arguments)
+        if opts.unique_for is not None and unique is None:
+            raise InvalidArgument(
+                f"{self.task.name}: unique_for needs a unique_key; give one with "
+                "@app.task(unique_key=...) or .options(unique_key=...)")
         conversion = self.task.conversion
         payload = arguments if conversion is None else conversion.dump_arguments(arguments)
+        headers = opts.headers
+        if opts.backoff is not self.task.defaults.backoff and opts.backoff is not None:
+            # Given per call, so the worker cannot know it from the task: it travels
+            # with the job (a task's own backoff does not, the worker has it).
+            headers = {**(headers or {}), _backoff.HEADER: _backoff.to_header(opts.backoff)}
         return {
-            "queue": self.opts.queue, "payload": payload, "kind": self.task.name,
-            "priority": self.opts.priority, "delay": self.opts.delay, "run_at": self.opts.run_at,
-            "unique_key": unique, "max_attempts": self.opts.max_attempts,
+            "queue": opts.queue, "payload": payload, "kind": self.task.name,
+            "priority": opts.priority, "delay": opts.delay, "run_at": opts.run_at,
+            "unique_key": unique, "max_attempts": opts.max_attempts,
             # A task's own lease travels with each job, so any worker or plain dequeue
             # leases it for as long as the task asked (within the queue's max_lease).
-            "lease": self.opts.lease,
-            "headers": self.opts.headers,
+            "lease": opts.lease,
+            "unique_for": opts.unique_for,
+            "headers": headers,
         }
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -297,8 +335,6 @@ class BoundTask(Generic[P, R]):
         if self.conn is not None:
             raise InvalidArgument(f"{self.task.name}: a step of a chain or group takes no "
                                   "conn=; pass it to the chain's or group's enqueue(conn=...)")
-        from leaseq.flows import Signature  # on first use: most apps have no flows
-
         return Signature(self, args, kwargs)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -308,6 +344,82 @@ class BoundTask(Generic[P, R]):
         if app.eager:
             return await app.run_eagerly_async(self.task, item["payload"])
         return self.task.bind([await app.async_queue.enqueue(**item, conn=self.conn)])[0]
+
+
+_HOLE = object()  # stands for the result a receiving step's first parameter will get
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A task call to enqueue later, as a chain step, group member or callback. Made by
+    ``task.s(*args, **kwargs)`` (or ``task.options(...).s(...)``); ``leaseq.flows``
+    composes them into chains and groups.
+
+    Attributes:
+        bound: The task with its per-call options.
+        args: Positional arguments as given.
+        kwargs: Keyword arguments as given.
+    """
+
+    bound: BoundTask[Any, Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        task = self.bound.task
+        try:  # the checks that hold whether or not this call will receive a result
+            task.signature.bind_partial(*self.args, **self.kwargs)
+        except TypeError as exc:
+            raise InvalidArgument(f"{task.name}: {exc}") from exc
+        if self.bound.opts.unique_key is not None or self.bound.opts.unique_for is not None:
+            raise InvalidArgument(
+                f"{task.name}: a task with a unique_key or unique_for cannot be a step of a "
+                "chain or group (a twin would stand in for the step, and its flow would "
+                "wait forever)")
+
+    @property
+    def first_parameter(self) -> str:
+        """The name of the parameter a result fills when this call receives one."""
+        task = self.bound.task
+        params = list(task.signature.parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_OR_KEYWORD,
+                                                params[0].KEYWORD_ONLY):
+            raise InvalidArgument(
+                f"{task.name}: a step that receives a result needs a first parameter to "
+                "receive it in (not *args, **kwargs or positional-only)")
+        return params[0].name
+
+    def arguments(self, receives: bool) -> dict[str, Any]:
+        """The call's keyword arguments, checked against the function; with ``receives``,
+        without the first parameter, which the previous result will fill."""
+        task = self.bound.task
+        if not receives:
+            return task.arguments(self.args, dict(self.kwargs))
+        first = self.first_parameter
+        if first in self.kwargs:
+            raise InvalidArgument(
+                f"{task.name}: {first!r} receives the previous result; do not pass it")
+        named = task.arguments((_HOLE, *self.args), dict(self.kwargs))
+        del named[first]
+        return named
+
+    def new_job(self, queue: Queue | AsyncQueue, receives: bool, link: FlowLink | None
+                ) -> NewJob:
+        """The job of this call, with its ``leaseq-flow`` header (``link``; none for a
+        group's callback, whose ack is a plain one)."""
+        item = self.bound._item(self.arguments(receives))
+        if receives and item["run_at"] is not None:
+            raise InvalidArgument(
+                f"{self.bound.task.name}: a step that waits for a result cannot have run_at; "
+                "use delay (counted from when it is enqueued)")
+        if link is not None:
+            headers = dict(item["headers"] or {})
+            headers[_flow.HEADER] = _flow.header(link)
+            item["headers"] = headers
+        return queue._new_job(**item, flow=True)
+
+    def __repr__(self) -> str:
+        return f"<Signature {self.bound.task.name} args={self.args!r} kwargs={self.kwargs!r}>"
 
 
 class App:
@@ -336,7 +448,7 @@ class App:
         self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)
         self.tasks: dict[str, Task[Any, Any]] = {}
-        self._schedules: dict[str, Schedule] = {}
+        self._schedules: dict[str, Schedule[Task[Any, Any]]] = {}
         self.eager = False
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
@@ -390,6 +502,7 @@ class App:
         lease: float | None = None,
         backoff: Backoff | None = None,
         unique_key: UniqueKey = None,
+        unique_for: float | timedelta | None = None,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
@@ -406,6 +519,7 @@ class App:
         lease: float | None = None,
         backoff: Backoff | None = None,
         unique_key: UniqueKey = None,
+        unique_for: float | timedelta | None = None,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
@@ -418,9 +532,15 @@ class App:
             max_attempts: Attempts before dead; defaults to the app's setting.
             timeout: Seconds a run may take before it counts as failed.
             lease: Lease length in seconds; renewed every lease/3 while it runs.
-            backoff: Retry delays; defaults to the app's setting.
+            backoff: Retry delays. Without it a failed job is retried after the queue's
+                stored backoff (``configure_queue``), else the app's ``Settings.backoff``.
             unique_key: A string, or a function of the task's arguments returning one:
                 at most one live job per key.
+            unique_for: Seconds (or a timedelta): an enqueue also returns a job with the
+                same key that finished less than this long ago, with ``created=False``,
+                instead of making a new one (``Queue.enqueue``). Applies to every call
+                with a key, the task's or one given by ``options(unique_key=...)``; an
+                enqueue without any key raises ``InvalidArgument``.
             on_failure: ``fn(job, exc)``, plain or ``async def``, called in the worker after
                 every attempt that failed by raising, with the job as stored after the
                 failure. Defaults to the app's ``on_failure``.
@@ -435,6 +555,9 @@ class App:
             lease=None if lease is None else v.seconds("lease", lease, positive=True),
             backoff=backoff,
             unique_key=unique_key,
+            unique_for=None if unique_for is None else v.seconds(
+                "unique_for", unique_for.total_seconds() if isinstance(unique_for, timedelta)
+                else unique_for, positive=True),
         )
 
         def register(fn: Callable[P, R]) -> Task[P, R]:
@@ -449,7 +572,7 @@ class App:
         return register(fn) if fn is not None else register
 
     @property
-    def schedules(self) -> Mapping[str, Schedule]:
+    def schedules(self) -> Mapping[str, Schedule[Task[Any, Any]]]:
         """The app's schedules by name (read-only), in the order they were declared."""
         return MappingProxyType(self._schedules)
 
@@ -493,7 +616,7 @@ class App:
         kwargs: Mapping[str, Any] | None = None,
         name: str | None = None,
         catch_up: float | timedelta | None = None,
-    ) -> Schedule:
+    ) -> Schedule[Task[Any, Any]]:
         """Enqueue ``task``'s job at each tick of a schedule, from every worker of this app,
         once per tick however many run (docs/schedules.md)::
 
@@ -520,7 +643,7 @@ class App:
         if not isinstance(task, Task) or task.app is not self:
             raise ConfigurationError(
                 f"app.schedule needs a task of this app (made by @app.task), got {task!r}")
-        from leaseq.schedules import new_schedule  # on first use, with cronsim
+        from leaseq._core.schedule import new_schedule  # on first use, with cronsim
 
         declared = new_schedule(task, cron=cron, every=every, tz=tz, kwargs=kwargs,
                                 name=name, catch_up=catch_up)

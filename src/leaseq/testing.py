@@ -145,7 +145,7 @@ def _record(app: App, job: Job, outcome: decide.Outcome, task: Task[Any, Any] | 
             ) -> tuple[decide.Outcome, JobState | None]:
     """Write ``outcome`` as a worker does; returns what was written and the state a nack
     left the job in."""
-    backoff = task.backoff if task else None
+    backoff = task.retry_backoff(job) if task else None
     state: JobState | None = None
     try:
         for method, args, kwargs in decide.calls(job, outcome, backoff):

@@ -210,6 +210,8 @@ def test_signatures_are_checked_when_made(app):
         leaseq.chain()
     with pytest.raises(leaseq.InvalidArgument):
         add.options(unique_key="k").s(1)
+    with pytest.raises(leaseq.InvalidArgument, match="unique_for"):
+        add.options(unique_for=60).s(1)
 
 
 def test_a_chain_moves_between_queues(app, q):

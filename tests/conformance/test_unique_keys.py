@@ -9,11 +9,14 @@ key on two queues names two jobs; duplicates inside one ``enqueue_many`` are one
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 
+import leaseq
 from tests.conformance._util import live_total, make_dead, take
 
 
@@ -130,3 +133,88 @@ def test_keys_are_compared_exactly(q):
     assert [q.get(r.id).unique_key for r in results] == keys
     again = [q.enqueue("q", unique_key=k) for k in keys]
     assert [(r.id, r.created) for r in again] == [(r.id, False) for r in results]
+
+
+# -- unique_for on tasks (issue 24, item 4) ---------------------------------------------------
+
+def _completed(q, job_id, queue="tu"):
+    """Runs job ``job_id`` to completion, as a worker would."""
+    q.ack(take(q, queue, expect=job_id), None)
+
+
+def test_a_tasks_unique_for_keeps_its_key_taken_after_the_job_finished(q, url, prefix):
+    app = leaseq.App(url, table_prefix=prefix)
+
+    @app.task(queue="tu", unique_key=lambda n: f"n-{n}", unique_for=60)
+    def windowed(n: int) -> None: ...
+
+    try:
+        first = windowed.enqueue(n=1).id
+        _completed(q, first)
+        again = windowed.enqueue(n=1)
+        assert (again.id, again.created) == (first, False)  # finished, yet in its window
+        # A key given per call is held for the task's window too.
+        own = windowed.options(unique_key="own").enqueue(n=3).id
+        _completed(q, own)
+        assert windowed.options(unique_key="own").enqueue(n=3).id == own
+        # enqueue_many and enqueue_async build their jobs the same way.
+        [batch] = windowed.enqueue_many([{"n": 1}])
+        assert (batch.id, batch.created) == (first, False)
+        result = asyncio.run(_enqueue_async(windowed, n=1))
+        assert (result.id, result.created) == (first, False)
+        assert windowed.enqueue(n=2).created  # another key
+    finally:
+        app.close()
+
+
+async def _enqueue_async(task, **kwargs):
+    try:
+        return await task.enqueue_async(**kwargs)
+    finally:
+        await task.app.async_queue.close()  # on the loop it was opened on
+
+
+def test_options_unique_for_holds_a_key_that_is_otherwise_freed(q, url, prefix):
+    app = leaseq.App(url, table_prefix=prefix)
+
+    @app.task(queue="tu", unique_key="k")
+    def keyed() -> None: ...
+
+    try:
+        done = keyed.enqueue().id
+        _completed(q, done)
+        # The window is looked back over at enqueue: a job with the key finished less than
+        # unique_for ago stands in for the new one.
+        for unique_for in (60, timedelta(minutes=1)):
+            again = keyed.options(unique_for=unique_for).enqueue()
+            assert (again.id, again.created) == (done, False)
+        fresh = keyed.enqueue()  # without unique_for a finished job's key is free
+        assert fresh.created and fresh.id != done
+    finally:
+        app.close()
+
+
+def test_unique_for_without_any_unique_key_is_refused_and_writes_nothing(q, url, prefix):
+    app = leaseq.App(url, table_prefix=prefix)
+
+    @app.task(queue="tu", unique_for=60)
+    def no_key(n: int) -> None: ...
+
+    @app.task(queue="tu")
+    def plain(n: int) -> None: ...
+
+    try:
+        for enqueue in (lambda: no_key.enqueue(n=1),
+                        lambda: no_key.enqueue_many([{"n": 1}]),
+                        lambda: plain.options(unique_for=60).enqueue(n=1)):
+            with pytest.raises(leaseq.InvalidArgument, match="unique_for needs a unique_key"):
+                enqueue()
+        assert live_total(q) == 0
+        assert no_key.options(unique_key="given").enqueue(n=1).created  # a key makes it fine
+        with pytest.raises(leaseq.InvalidArgument, match="unique_for"):
+            app.task(queue="tu", name="bad", unique_key="k", unique_for=0)(plain.fn)
+        with pytest.raises(leaseq.InvalidArgument, match="unique_for"):
+            plain.options(unique_key="k", unique_for=-1).enqueue(n=1)
+        assert live_total(q) == 1
+    finally:
+        app.close()

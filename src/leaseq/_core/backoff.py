@@ -38,3 +38,26 @@ class Backoff:
         raw = min(self.cap, self.base * 2.0**exponent)
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
         return raw * spread
+
+
+HEADER = "leaseq-backoff"
+"""The header a job enqueued with ``Task.options(backoff=...)`` carries: its own retry
+delays, which a worker prefers to the queue's stored backoff (docs/queue-settings.md)."""
+
+
+def to_header(backoff: Backoff) -> str:
+    """``backoff`` as the text of a ``leaseq-backoff`` header: ``base,cap,jitter``."""
+    return f"{backoff.base!r},{backoff.cap!r},{backoff.jitter!r}"
+
+
+def from_header(headers: dict[str, str] | None) -> Backoff | None:
+    """The backoff a job's ``leaseq-backoff`` header names; None when it has none, or one
+    that does not parse (then the queue's or the app's backoff applies)."""
+    text = headers.get(HEADER) if headers else None
+    if text is None:
+        return None
+    try:
+        base, cap, jitter = (float(part) for part in text.split(","))
+        return Backoff(base, cap, jitter)
+    except (ValueError, InvalidArgument):
+        return None

@@ -17,7 +17,7 @@ Hook = Literal["on_failure", "on_dead"]
 
 @dataclass(frozen=True)
 class Outcome:
-    """``action`` to take on the job; ``delay`` None means the task's backoff; ``exc``
+    """``action`` to take on the job; ``delay`` None means the job's backoff; ``exc``
     is what the handler raised, for the failure hooks."""
 
     action: Action

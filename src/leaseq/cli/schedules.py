@@ -12,6 +12,7 @@ import click
 
 if TYPE_CHECKING:
     from leaseq.schedules import Schedule
+    from leaseq.tasks import Task
 
 
 @click.command()
@@ -43,7 +44,7 @@ def schedules(app_path: str, json_out: bool) -> None:
     console().print(table)
 
 
-def describe(schedule: Schedule, now: datetime) -> dict[str, Any]:
+def describe(schedule: Schedule[Task[Any, Any]], now: datetime) -> dict[str, Any]:
     """One schedule as JSON-ready values, with its next run after ``now``."""
     tick = schedule.next_tick(now)
     conversion = schedule.task.conversion  # kwargs of richer types, as their jobs hold them

@@ -22,14 +22,14 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from leaseq.errors import ValidationError
 from leaseq.schedules import Schedule
 
 if TYPE_CHECKING:
     from leaseq._client import AsyncQueue
-    from leaseq.tasks import App
+    from leaseq.tasks import App, Task
 
 log = logging.getLogger("leaseq.scheduler")
 
@@ -129,7 +129,7 @@ class Scheduler:
             log.exception("scheduler pass failed; retrying")
             return False
 
-    async def _enqueue(self, schedule: Schedule, tick: datetime, why: str) -> bool:
+    async def _enqueue(self, schedule: Schedule[Task[Any, Any]], tick: datetime, why: str) -> bool:
         task = schedule.task
         key = schedule.key(tick)
         try:
@@ -158,7 +158,7 @@ class Scheduler:
                       tick.isoformat(), result.id)
         return True
 
-    def _window(self, schedule: Schedule, tick: datetime) -> float:
+    def _window(self, schedule: Schedule[Task[Any, Any]], tick: datetime) -> float:
         """``unique_for`` of ``tick``'s job. A worker tries a tick only while it is its
         schedule's latest (until the next tick) or, at start-up, while it is younger than
         ``catch_up``; the job finishes after the tick, so the window, counted from the
@@ -166,7 +166,7 @@ class Scheduler:
         reach = max(schedule.next_tick(tick) - tick, schedule.catch_up)
         return min(reach + KEY_MARGIN, MAX_KEY_WINDOW).total_seconds()
 
-    async def _report_missed(self, schedule: Schedule, tick: datetime) -> None:
+    async def _report_missed(self, schedule: Schedule[Task[Any, Any]], tick: datetime) -> None:
         try:
             found = await self.aq.jobs(schedule.task.defaults.queue, kind=schedule.task.name,
                                        unique_key=schedule.key(tick), limit=1)
@@ -179,7 +179,8 @@ class Scheduler:
                      "than catch_up=%s", schedule.name, tick.isoformat(),
                      schedule.catch_up)
 
-    def _report_late(self, schedule: Schedule, last: datetime, tick: datetime) -> None:
+    def _report_late(self, schedule: Schedule[Task[Any, Any]], last: datetime,
+                     tick: datetime) -> None:
         skipped: list[datetime] = []
         following = schedule.next_tick(last)
         while following < tick and len(skipped) < LATE_LIST:

@@ -545,7 +545,7 @@ class Worker:
             return False  # shutdown gives it back itself
         if ctx.cancelled:
             result = Outcome("release")  # recorded as cancelled: a cancel was requested
-        backoff = task.backoff if task else None
+        backoff = task.retry_backoff(job) if task else None
         state: JobState | None = None  # what a nack left the job as
         try:
             try:
