@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,13 +34,13 @@ import pytest
 
 import leaseq
 from tests.chaos.harness import ROOT, Chaos, Report
-from tests.helpers import wait_for
+from tests.helpers import new_prefix, wait_for
 
 SECONDS = float(os.environ.get("LEASEQ_CHAOS_SECONDS", "3"))
 JOBS = int(os.environ.get("LEASEQ_CHAOS_JOBS", "1500"))
 REPORT = os.environ.get("LEASEQ_CHAOS_REPORT")
 SCRIPT = ROOT / "scripts" / "pg-standby"
-PORTS = {"sync": (5440, 5441), "async": (5442, 5443)}
+PORTS = {"sync": (5440, 5441), "async": (5442, 5443), "read-only": (5444, 5445)}
 PRODUCERS = 2
 # Seconds between the primary's death and the promotion (a failover manager's detection).
 DETECT = float(os.environ.get("LEASEQ_FAILOVER_DETECT", "0.5"))
@@ -66,12 +67,12 @@ class Pair:
         self.promoted_at = time.time()
 
 
-@pytest.fixture(params=["sync", "async"])
-def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
+@contextmanager
+def running_pair(mode: str, first: int, second: int) -> Iterator[Pair]:
+    """A primary on ``first`` streaming to a standby on ``second``, stopped and removed
+    afterwards."""
     if shutil.which("runuser") is None and os.geteuid() == 0:
         pytest.fail("runuser (util-linux) is needed to run PostgreSQL as postgres")
-    mode: str = request.param
-    first, second = PORTS[mode]
     # pytest's tmp_path is root's alone; the servers run as postgres.
     top = Path(tempfile.mkdtemp(prefix=f"leaseq-pg-{mode}-"))
     if os.geteuid() == 0:
@@ -87,6 +88,12 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
             found.run("stop", str(found.dir))
         finally:
             shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(params=["sync", "async"])
+def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
+    with running_pair(request.param, *PORTS[request.param]) as found:
+        yield found
 
 
 @dataclass
@@ -140,6 +147,9 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
         wait_for(lambda: any(r["at"] > pair.promoted_at
                              for runs in chaos.starts().values() for r in runs),
                  timeout=60, message="the workers to run jobs on the new primary")
+        # Each worker's LISTEN connection found the new primary too.
+        wait_for(lambda: listeners(pair) >= len(workers), timeout=60,
+                 message="the workers' LISTEN connections on the new primary")
         time.sleep(SECONDS)
     finally:
         for p in producers:
@@ -202,3 +212,91 @@ def pause(times: list[float], pair: Pair) -> float:
     """The longest stretch without an event around the failover."""
     around = sorted(at for at in times if at >= pair.failed_over_at - 1.0)
     return max((b - a for a, b in itertools.pairwise(around)), default=float("nan"))
+
+
+def listeners(pair: Pair) -> int:
+    """Sessions LISTENing on the promoted server for the chaos workers."""
+    import psycopg
+
+    _, second = PORTS[pair.mode]
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{second}/test",
+                         autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                           "'leaseq_chaos' AND query LIKE 'LISTEN%%'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_server_that_refuses_writes_is_unavailable_and_retried() -> None:
+    """25006 (read-only) is what a pooled connection meets when its server became a
+    standby, and what a single-host URL naming a standby gets: BackendUnavailable that
+    says what to do, never a generic BackendError. Nothing was written, so even a plain
+    enqueue is retried, on a fresh connection; once a writable primary is back, the
+    enqueue returns, once."""
+    import psycopg
+
+    with running_pair("async", *PORTS["read-only"]) as found:
+        first, second = PORTS["read-only"]
+        prefix = new_prefix()
+        q = leaseq.connect(found.url, table_prefix=prefix, reclaim_interval=None,
+                           connect_timeout=5)
+        try:
+            q.migrate()
+            before = q.enqueue("chaos", {"n": 1})
+            standby = leaseq.connect(f"postgresql://postgres@127.0.0.1:{second}/test",
+                                     table_prefix=prefix, reclaim_interval=None)
+            try:
+                wait_for(lambda: replayed(standby), timeout=30,
+                         message="the standby to replay the first enqueue")
+                with pytest.raises(leaseq.BackendUnavailable,
+                                   match="target_session_attrs=read-write"):
+                    standby.enqueue("chaos", {"n": "refused"})
+            finally:
+                standby.close()
+
+            def read_only(on: bool) -> None:
+                with psycopg.connect(f"postgresql://postgres@127.0.0.1:{first}/test",
+                                     autocommit=True) as conn:
+                    conn.execute(f"ALTER SYSTEM SET default_transaction_read_only = "
+                                 f"{'on' if on else 'off'}")
+                    conn.execute("SELECT pg_reload_conf()")
+
+            # The primary refuses writes (as a provider does on a full disk, or a
+            # primary being demoted): the pooled connection meets 25006...
+            read_only(True)
+            wait_for(lambda: refuses_writes(first), timeout=10,
+                     message="the primary to refuse writes")
+            writable_at: list[float] = []
+
+            def writable_again() -> None:
+                read_only(False)
+                writable_at.append(time.monotonic())
+
+            back = threading.Timer(0.5, writable_again)
+            back.start()
+            try:
+                # ...and the enqueue goes through once writes are taken again.
+                after = q.enqueue("chaos", {"n": 2})
+                returned_at = time.monotonic()
+            finally:
+                back.join()
+            # It was refused first (the reload reached the pooled session), then retried.
+            assert writable_at and returned_at > writable_at[0]
+            rows = {info.id for info in q.jobs("chaos")}
+            assert rows == {before.id, after.id}, rows  # no second row from the retry
+        finally:
+            q.close()
+
+
+def refuses_writes(port: int) -> bool:
+    import psycopg
+
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/test") as conn:
+        row = conn.execute("SHOW default_transaction_read_only").fetchone()
+    return bool(row and row[0] == "on")
+
+
+def replayed(q: leaseq.Queue) -> bool:
+    try:
+        return bool(q.peek("chaos", limit=1))
+    except leaseq.SchemaMissing:  # the migration is not replayed yet
+        return False
