@@ -10,8 +10,11 @@ replication the commits the standby had not received are gone; the test measures
 (returned enqueues missing, acks lost and so jobs re-run, claims lost and so a lease token
 reused) and asserts only what must hold even then.
 
-Short by default; LEASEQ_CHAOS_SECONDS (time on each side of the failover) and
-LEASEQ_CHAOS_JOBS (the backlog) make it longer. LEASEQ_CHAOS_REPORT appends each report
+Short by default; LEASEQ_CHAOS_SECONDS (time after the failover) and LEASEQ_CHAOS_JOBS
+(the backlog; the primary dies once a quarter of it has started) make it longer;
+LEASEQ_FAILOVER_LAG (how long the standby has received nothing when the primary dies,
+0.5 s) and LEASEQ_FAILOVER_DETECT (from the primary's death to the promotion, 0.5 s)
+shape the failover. LEASEQ_CHAOS_REPORT appends each report
 line to a file.
 """
 
@@ -44,6 +47,9 @@ PORTS = {"sync": (5440, 5441), "async": (5442, 5443), "read-only": (5444, 5445)}
 PRODUCERS = 2
 # Seconds between the primary's death and the promotion (a failover manager's detection).
 DETECT = float(os.environ.get("LEASEQ_FAILOVER_DETECT", "0.5"))
+# Seconds the standby has received nothing when the primary dies (replication lag); 0 is
+# a standby as current as loopback streaming keeps it.
+LAG = float(os.environ.get("LEASEQ_FAILOVER_LAG", "0.5"))
 
 
 @dataclass
@@ -59,7 +65,12 @@ class Pair:
     def run(self, *args: str) -> None:
         subprocess.run([str(SCRIPT), *args], check=True, timeout=180)
 
-    def fail_over(self) -> None:
+    def fail_over(self, lag: float) -> None:
+        if lag > 0:
+            # The standby stops receiving ``lag`` seconds before the primary dies: with
+            # asynchronous replication, what the primary committed meanwhile is lost.
+            self.run("cut", str(self.dir))
+            time.sleep(lag)
         self.failed_over_at = time.time()
         self.run("stop-primary", str(self.dir))
         time.sleep(DETECT)
@@ -103,7 +114,8 @@ class Producer:
 
     url: str
     prefix: str
-    returned: list[tuple[int, float]] = field(default_factory=list)  # (id, time.time())
+    name: str
+    returned: list[tuple[int, float, str]] = field(default_factory=list)  # id, time, tag
     failures: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -111,14 +123,16 @@ class Producer:
         q = leaseq.connect(self.url, table_prefix=self.prefix, reclaim_interval=None)
         try:
             while not self.stop.is_set():
+                tag = f"{self.name}/{len(self.returned) + self.failures}"
                 try:
-                    job = q.enqueue("chaos", {"work": 0.02, "fail": 0.0}, kind="probe")
+                    job = q.enqueue("chaos", {"work": 0.02, "fail": 0.0, "tag": tag},
+                                    kind="probe")
                 except leaseq.BackendUnavailable:
                     # Unknown whether it committed: it did not return, so it is not counted.
                     self.failures += 1
                     time.sleep(0.05)
                     continue
-                self.returned.append((job.id, time.time()))
+                self.returned.append((job.id, time.time(), tag))
                 time.sleep(random.uniform(0.002, 0.01))
         finally:
             q.close()
@@ -127,21 +141,20 @@ class Producer:
 def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
     seed = int(os.environ.get("LEASEQ_CHAOS_SEED", random.randrange(2**32)))
     chaos = Chaos("postgres", tmp_path, seed, base=pair.url)
-    producers = [Producer(chaos.url, chaos.prefix) for _ in range(PRODUCERS)]
+    producers = [Producer(chaos.url, chaos.prefix, f"p{i}") for i in range(PRODUCERS)]
     threads = [threading.Thread(target=p, name=f"producer-{i}") for i, p in enumerate(producers)]
     try:
         chaos.enqueue(JOBS, work=0.02, fail=0.0)
         workers = [chaos.spawn() for _ in range(3)]
         for thread in threads:
             thread.start()
-        # Mid-drain: the workers are busy and a backlog is left.
-        wait_for(lambda: len(chaos.starts()) >= min(200, JOBS // 4), timeout=60,
+        # Mid-drain: the workers are busy and most of the backlog is left.
+        wait_for(lambda: len(chaos.starts()) >= JOBS // 4, timeout=120,
                  message="the workers to start draining")
-        time.sleep(SECONDS / 2)
         backlog = chaos.q.stats()["chaos"].available
-        pair.fail_over()
+        pair.fail_over(LAG)
         # Producers and workers carry on by themselves against the new primary.
-        wait_for(lambda: all(any(at > pair.promoted_at for _, at in p.returned)
+        wait_for(lambda: all(any(at > pair.promoted_at for _, at, _ in p.returned)
                              for p in producers),
                  timeout=60, message="every producer to enqueue on the new primary")
         wait_for(lambda: any(r["at"] > pair.promoted_at
@@ -159,10 +172,12 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
     try:
         dead = [w.pid for w in workers if w.poll() is not None]
         assert not dead, f"workers {dead} exited during the failover"
-        chaos.ids += [job_id for p in producers for job_id, _ in p.returned]
+        chaos.ids += [job_id for p in producers for job_id, _, _ in p.returned]
         chaos.settle()
         report = chaos.check()
+        replaced = reissued(chaos, producers, report)
         figures = measure(chaos, producers, pair, report)
+        figures += f", returned ids now naming another job {len(replaced)}"
         line = (f"PG failover ({pair.mode}): {report.line()}; backlog at the failover "
                 f"{backlog}; {figures}")
         print(line)
@@ -176,6 +191,7 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
                                  f"stale={report.stale_accepted[:20]}")
             assert report.completed + report.dead == report.accepted, line
             assert report.dead == 0, line
+            assert not replaced, line  # every returned id is still the job it was
         else:
             # Asynchronous: a lost commit can lose a returned enqueue, an ack (the job runs
             # again) or a claim (its lease token is handed out again), and the checker's
@@ -194,16 +210,18 @@ def measure(chaos: Chaos, producers: list[Producer], pair: Pair, report: Report)
     starts = chaos.starts()
     returned = [item for p in producers for item in p.returned]
     missing = set(report.lost)  # settle() left nothing live: these are not there at all
-    late = sum(1 for job_id, at in returned if job_id in missing and at > pair.failed_over_at)
+    late = sum(1 for job_id, at, _ in returned
+               if job_id in missing and at > pair.failed_over_at)
     rerun = sum(1 for runs in starts.values() if len(runs) > 1)
     reused = sum(1 for runs in starts.values()
                  if len({r["token"] for r in runs}) < len(runs))
     began = [r["at"] for runs in starts.values() for r in runs]
-    return (f"returned enqueues {len(returned)} (+{JOBS} backlog), missing on the new "
+    return (f"lag {LAG:g} s, returned enqueues {len(returned)} (+{JOBS} backlog), missing on "
+            f"the new "
             f"primary {len(missing)} (returned after the primary died: {late}), jobs run "
             f"more than once {rerun}, lease tokens reused {reused}, enqueue failures "
             f"{sum(p.failures for p in producers)}, longest pause of enqueues "
-            f"{pause([at for _, at in returned], pair):.2f} s and of job starts "
+            f"{pause([at for _, at, _ in returned], pair):.2f} s and of job starts "
             f"{pause(began, pair):.2f} s (promoted {pair.promoted_at - pair.failed_over_at:.2f}"
             f" s after the primary died)")
 
@@ -300,3 +318,17 @@ def replayed(q: leaseq.Queue) -> bool:
         return bool(q.peek("chaos", limit=1))
     except leaseq.SchemaMissing:  # the migration is not replayed yet
         return False
+
+
+def reissued(chaos: Chaos, producers: list[Producer], report: Report) -> list[int]:
+    """Returned ids that now name a different job: the promoted server's id sequence
+    starts from what it had received, so after an asynchronous failover it hands out
+    again ids whose jobs it never saw."""
+    tags: dict[int, str] = {}
+    after = 0
+    while page := chaos.q.jobs("chaos", after=after, limit=500):
+        tags.update((info.id, (info.payload or {}).get("tag", "")) for info in page)
+        after = page[-1].id
+    lost = set(report.lost)
+    return [job_id for p in producers for job_id, _, tag in p.returned
+            if job_id not in lost and tags.get(job_id) != tag]
