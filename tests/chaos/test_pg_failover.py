@@ -39,8 +39,8 @@ import leaseq
 from tests.chaos.harness import ROOT, Chaos, Report
 from tests.helpers import new_prefix, wait_for
 
-SECONDS = float(os.environ.get("LEASEQ_CHAOS_SECONDS", "3"))
-JOBS = int(os.environ.get("LEASEQ_CHAOS_JOBS", "1500"))
+SECONDS = float(os.environ.get("LEASEQ_CHAOS_SECONDS", "2"))
+JOBS = int(os.environ.get("LEASEQ_CHAOS_JOBS", "800"))
 REPORT = os.environ.get("LEASEQ_CHAOS_REPORT")
 SCRIPT = ROOT / "scripts" / "pg-standby"
 PORTS = {"sync": (5440, 5441), "async": (5442, 5443), "read-only": (5444, 5445)}
