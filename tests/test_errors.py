@@ -58,6 +58,16 @@ def test_unreachable_server_is_backend_unavailable(url: str) -> None:
     assert not isinstance(info.value, leaseq.AuthenticationFailed)
 
 
+def test_postgres_messages_name_every_host_and_no_secret() -> None:
+    url = ("postgresql://postgres:s3cret-pw@127.0.0.1:1,127.0.0.1:2/test"
+           "?target_session_attrs=read-write&sslpassword=s3cret-key")
+    with pytest.raises(leaseq.BackendUnavailable) as info:
+        leaseq.connect(url, connect_timeout=2)
+    text = str(info.value)
+    assert "PostgreSQL at 127.0.0.1:1,127.0.0.1:2/test " in text, text
+    assert "s3cret" not in text, text
+
+
 def test_wrong_mysql_password_is_authentication_failed() -> None:
     require("mysql")
     with pytest.raises(leaseq.AuthenticationFailed, match="credentials"):

@@ -82,9 +82,10 @@ def test_s22_a_read_only_database_fails_loudly_and_loses_nothing(readonly_postgr
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE {name} SET default_transaction_read_only = on")
     with leaseq.connect(url) as q:
-        with pytest.raises(leaseq.BackendError, match="read-only"):
+        # Unavailable, as a standby is (design §31): retried a few times, then reported.
+        with pytest.raises(leaseq.BackendUnavailable, match="read-only"):
             q.enqueue("w", {"n": 2})
-        with pytest.raises(leaseq.BackendError):
+        with pytest.raises(leaseq.BackendUnavailable):
             q.dequeue("w")
         assert q.get(kept).state == "available"  # reads still work; nothing was half-written
         assert q.stats()["w"].available == 1

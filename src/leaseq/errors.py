@@ -142,7 +142,8 @@ class BackendError(LeaseqError):
 
 
 class BackendUnavailable(BackendError):
-    """The database cannot be reached, or the connection was lost.
+    """The database cannot be reached, the connection was lost, or the server refuses
+    writes for now (a PostgreSQL standby or a primary being failed over).
 
     A write whose connection dropped after it was sent may have committed; its outcome
     is unknown, and the message says so. leaseq repeats what is safe to repeat (acks,

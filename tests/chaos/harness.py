@@ -62,13 +62,17 @@ class Report:
 
 
 class Chaos:
-    def __init__(self, backend: str, tmp: Path, seed: int, lease: float = 1.5) -> None:
+    def __init__(self, backend: str, tmp: Path, seed: int, lease: float = 1.5,
+                 base: str | None = None) -> None:
+        """``base``: a server of the test's own (dropped with its tables afterwards)
+        instead of the backend's shared one."""
         self.backend, self.seed, self.lease = backend, seed, lease
         self.rng = random.Random(seed)
         self.prefix = new_prefix()
-        base = {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
-                "postgres_pgbouncer": PGBOUNCER_URL, "mysql": MYSQL_URL,
-                "redis": REDIS_URL}[backend]
+        self.own_server = base is not None
+        base = base or {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
+                        "postgres_pgbouncer": PGBOUNCER_URL, "mysql": MYSQL_URL,
+                        "redis": REDIS_URL}[backend]
         # Workers' PostgreSQL sessions and Redis clients carry a name, so connection kills
         # hit only them, never another program using the same server.
         name = {"postgres": "application_name", "postgres_pgbouncer": "application_name",
@@ -223,14 +227,19 @@ class Chaos:
 
     # -- checking --------------------------------------------------------------------
 
-    def check(self) -> Report:
-        report = Report(self.backend, self.seed, accepted=len(self.ids), faults=self.faults)
+    def starts(self) -> dict[int, list[dict[str, Any]]]:
+        """Every start the probes logged, by job id: job, token, worker, pid, at."""
         starts: dict[int, list[dict[str, Any]]] = {}
         if self.log.exists():
             for line in self.log.read_text().splitlines():
                 if line:
                     row = json.loads(line)
                     starts.setdefault(row["job"], []).append(row)
+        return starts
+
+    def check(self) -> Report:
+        report = Report(self.backend, self.seed, accepted=len(self.ids), faults=self.faults)
+        starts = self.starts()
         for job_id in self.ids:
             try:
                 info = self.q.get(job_id)
@@ -265,4 +274,5 @@ class Chaos:
         try:
             self.q.close()
         finally:
-            drop_tables(self.backend, self.prefix)
+            if not self.own_server:
+                drop_tables(self.backend, self.prefix)

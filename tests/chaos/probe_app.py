@@ -18,7 +18,9 @@ app = leaseq.App(
 
 
 @app.task(queue="chaos", name="probe", max_attempts=50)
-def probe(work: float = 0.0, fail: float = 0.0) -> str:
+def probe(work: float = 0.0, fail: float = 0.0, tag: str = "") -> str:
+    # ``tag`` names the enqueue, for checkers that must tell a job from another one given
+    # the same id (after an asynchronous failover).
     ctx = leaseq.current_job()
     assert ctx is not None
     line = json.dumps({"job": ctx.job.id, "token": ctx.job.lease_token,

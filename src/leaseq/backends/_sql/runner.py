@@ -77,8 +77,11 @@ class SyncRunner(ABC):
                     continue
                 # Only an operation that is safe to repeat (a read, a claim, a fenced ack or
                 # renewal) is retried when the connection dropped mid-call: a plain enqueue
-                # might have committed, and repeating it would duplicate the job.
-                if idempotent and reconnects < RECONNECTS and self.disconnected(exc):
+                # might have committed, and repeating it would duplicate the job. One the
+                # server refused outright (unapplied) changed nothing and is repeated too.
+                if reconnects < RECONNECTS and (
+                    self.unapplied(exc) or (idempotent and self.disconnected(exc))
+                ):
                     reconnects += 1
                     self.recover()
                     time.sleep(0.05 * 2 ** (reconnects - 1))
@@ -93,6 +96,11 @@ class SyncRunner(ABC):
 
     def disconnected(self, exc: BaseException) -> bool:
         """True when ``exc`` says the connection to the server was lost."""
+        return False
+
+    def unapplied(self, exc: BaseException) -> bool:
+        """True when the server refused the transaction before changing anything (a
+        standby's read-only refusal): any operation may be repeated after ``recover``."""
         return False
 
     def recover(self) -> None:  # noqa: B027 - a no-op unless the driver pools connections
@@ -225,7 +233,9 @@ class AsyncRunner(ABC):
                     if attempt < RETRIES and self.retryable(exc):
                         await asyncio.sleep(retry_pause(attempt))
                         continue
-                    if idempotent and reconnects < RECONNECTS and self.disconnected(exc):
+                    if reconnects < RECONNECTS and (
+                        self.unapplied(exc) or (idempotent and self.disconnected(exc))
+                    ):
                         reconnects += 1  # see SyncRunner.run_retrying
                         await self.recover()
                         await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
@@ -250,6 +260,10 @@ class AsyncRunner(ABC):
 
     def disconnected(self, exc: BaseException) -> bool:
         """True when ``exc`` says the connection to the server was lost."""
+        return False
+
+    def unapplied(self, exc: BaseException) -> bool:
+        """See ``SyncRunner.unapplied``."""
         return False
 
     async def recover(self) -> None:  # noqa: B027 - see SyncRunner.recover

@@ -226,12 +226,24 @@ def retryable(exc: BaseException) -> bool:
 
 def disconnected(exc: BaseException) -> bool:
     """The server went away: connection errors (class 08), an administrator's
-    termination or shutdown (57P01-57P03), or a connection that died without a code."""
+    termination or shutdown (57P01-57P03), a connection that died without a code, or a
+    server that no longer takes writes (``read_only``)."""
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return True
     if (not isinstance(exc, psycopg.OperationalError) or isinstance(exc, RETRYABLE)
             or pooled_prepare(exc)):
         return False
     state = exc.sqlstate or ""
     return not state or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def read_only(exc: BaseException) -> bool:
+    """25006: the connection's server refuses writes, a standby (``cannot execute ... in
+    a read-only transaction`` / ``during recovery``), a demoted primary, or one a provider
+    turned read-only. The statement changed nothing, so any operation may be repeated on
+    another connection; with ``target_session_attrs=read-write`` that one reaches the
+    primary."""
+    return isinstance(exc, pg_errors.ReadOnlySqlTransaction)
 
 
 def translate(exc: BaseException, where: str, prefix: str | None = None) -> LeaseqError:
@@ -253,6 +265,12 @@ def translate(exc: BaseException, where: str, prefix: str | None = None) -> Leas
         return AuthenticationFailed(f"PostgreSQL at {where} refused the credentials: {exc}")
     if isinstance(exc, pg_errors.InvalidCatalogName):
         return ConfigurationError(f"PostgreSQL at {where}: {exc}".strip())
+    if read_only(exc):
+        return BackendUnavailable(
+            f"PostgreSQL at {where} refuses writes (a standby, or a primary during a "
+            f"failover): {exc}; with several hosts in the URL add "
+            "target_session_attrs=read-write so that leaseq connects to the primary only"
+        )
     if isinstance(exc, psycopg.OperationalError):
         text = str(exc)
         # Connection failures carry no SQLSTATE; the server's message says which it is.
@@ -281,7 +299,12 @@ def caller_mode(conn: Any, kind: type[Any]) -> bool:
 
 
 def _where(url: str) -> str:
-    return url.split("@")[-1]
+    """``host:port[,host:port...]/db`` of a URL, for messages: without the user and
+    password, and without the query string (which may carry a password, and whose
+    ``target_session_attrs`` the error says when it matters)."""
+    rest = url.split("://", 1)[-1].split("?", 1)[0]
+    hosts, slash, path = rest.partition("/")
+    return hosts.rpartition("@")[2] + slash + path
 
 
 def connection_options(target: PostgresUrl) -> dict[str, Any]:
@@ -313,10 +336,16 @@ class PostgresRunner(SyncRunner):
 
     def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         with self.pool.connection() as conn:
-            if single:
-                return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
-            with conn.transaction():
-                return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+            try:
+                if single:
+                    return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+                with conn.transaction():
+                    return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
+            except pg_errors.ReadOnlySqlTransaction:
+                # Its server is a standby now (failover, demotion): closed, the pool
+                # drops it and the retry connects afresh, to the new primary.
+                conn.close()
+                raise
 
     def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         run = self._in_caller
@@ -330,6 +359,9 @@ class PostgresRunner(SyncRunner):
 
     def disconnected(self, exc: BaseException) -> bool:
         return disconnected(exc)
+
+    def unapplied(self, exc: BaseException) -> bool:
+        return read_only(exc)
 
     def recover(self) -> None:
         self.pool.check()  # drops the idle connections the server closed
@@ -390,10 +422,14 @@ class AsyncPostgresRunner(AsyncRunner):
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
         async with pool.connection() as conn:
-            if single:
-                return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
-            async with conn.transaction():
-                return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+            try:
+                if single:
+                    return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+                async with conn.transaction():
+                    return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
+            except pg_errors.ReadOnlySqlTransaction:
+                await conn.close()  # see PostgresRunner.run_once
+                raise
 
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         run = self._in_caller
@@ -407,6 +443,9 @@ class AsyncPostgresRunner(AsyncRunner):
 
     def disconnected(self, exc: BaseException) -> bool:
         return disconnected(exc)
+
+    def unapplied(self, exc: BaseException) -> bool:
+        return read_only(exc)
 
     async def recover(self) -> None:
         if self._pool is not None:
