@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from leaseq._client import AsyncQueue
 from leaseq._core.job import Job
+from leaseq.errors import NotReplicated
+
+log = logging.getLogger("leaseq")
 
 Done = Callable[[Job, bool | BaseException], None]
 
@@ -66,6 +70,17 @@ class Completer:
         began = time.perf_counter() if self.timed is not None else 0.0
         try:
             done: list[bool] = await self.aq.ack_many(batch)
+        except NotReplicated as exc:
+            if not (isinstance(exc.result, list) and len(exc.result) == len(batch)):
+                for job, _ in batch:  # a flow's acks stopped halfway: as a failed write
+                    self.on_done(job, exc)
+                return
+            # Completed on the primary: counted done. Lost in a failover, a job runs
+            # again (its lease is undone with it), within the slots that held it.
+            log.warning("ack of %d jobs written on the primary but not replicated in time "
+                        "(%d of %d replicas); carrying on", len(batch), exc.acknowledged,
+                        exc.wanted)
+            done = exc.result
         except Exception as exc:  # every job of the batch learns of the failed write
             for job, _ in batch:
                 self.on_done(job, exc)
