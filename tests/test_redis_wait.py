@@ -78,7 +78,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A primary on 6480 and its replica on 6481, in sync."""
     binary = redis_server()
     root = tmp_path_factory.mktemp("redis-wait")
-    processes = [start_node(binary, root / "primary", PRIMARY)]
+    # No delay before a full sync (Redis waits 5 s for more replicas by default).
+    processes = [start_node(binary, root / "primary", PRIMARY,
+                            "--repl-diskless-sync-delay", "0")]
     try:
         processes.append(start_node(binary, root / "replica", REPLICA,
                                     "--replicaof", "127.0.0.1", str(PRIMARY)))
@@ -185,6 +187,10 @@ def test_a_write_returns_once_the_replica_has_it(pair: dict[str, Any]) -> None:
         assert replica.hget(keys.job("w", job.id), "state") == "completed"
         q.configure_queue("w", max_attempts=7)
         assert replica.hget(keys.settings("w"), "max_attempts") == "7"
+        # A server that forgot the scripts (NOSCRIPT): EVAL in the same pipeline.
+        pair["primary"].script_flush()
+        job_id = q.enqueue("w", "again").id
+        assert replica.hget(keys.job("w", job_id), "payload") == '"again"'
 
 
 def test_a_frozen_replica_makes_the_write_raise_not_replicated(pair: dict[str, Any]) -> None:
