@@ -1017,6 +1017,7 @@ def connect(url: str, **settings: Any) -> Queue:
 
     URLs: ``sqlite:///jobs.db``, ``postgresql://user@host/db``, ``mysql://user@host/db``,
     ``redis://host:6379/0``, ``redis+cluster://host:7000[,host2:7000]`` (Redis Cluster),
+    ``redis+sentinel://host:26379[,host2:26379]/service[/db]`` (Redis Sentinel),
     ``memory://`` (private) or ``memory://name`` (shared by every client in the process
     that names it).
     """

@@ -128,7 +128,9 @@ async def listen_redis(
 
     On a Redis Cluster (``redis+cluster://``) it subscribes on the first node the URL
     names, and after a failure tries the next one: classic pub/sub reaches every node, so
-    a script's PUBLISH on any primary wakes it.
+    a script's PUBLISH on any primary wakes it. Behind Sentinel (``redis+sentinel://``)
+    each (re)connect asks the Sentinels for the current primary, so after a failover it
+    subscribes on the new one.
 
     Its connection is named ``leaseq-listen`` (``CLIENT SETNAME``) unless the URL gives a
     ``client_name``. A dropped connection is logged as a WARNING and opened again with
@@ -174,28 +176,35 @@ async def _listen_redis(
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
+    from leaseq.backends.redis import sentinel
     from leaseq.backends.redis.driver import cluster_urls
     from leaseq.backends.redis.durability import split_options
 
     url = split_options(url)[0]  # wait_replicas and co. concern writes, not pub/sub
     nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
+    target = sentinel.parse(url)
     failures = 0
     pause = 0.5
     refused = False  # the ACL refused the channel, and we said so
     while not stopping():
-        # Options in the URL (client_name, timeouts, TLS) win over these defaults.
-        client = redis.asyncio.Redis.from_url(
-            nodes[failures % len(nodes)],
-            client_name=REDIS_CLIENT_NAME,
-            socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+        options: dict[str, Any] = {
+            "client_name": REDIS_CLIENT_NAME,
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
             # Bounds the commands of the connect handshake (AUTH, SETNAME), which a frozen
             # server would otherwise leave waiting; reads of messages set their own.
-            socket_timeout=REDIS_PING_TIMEOUT,
-            decode_responses=True,
+            "socket_timeout": REDIS_PING_TIMEOUT,
+            "decode_responses": True,
             # redis-py's own reconnect would resubscribe silently, and the wake-up owed
             # for messages missed meanwhile would never come: a drop must reach us.
-            retry=Retry(NoBackoff(), 0),
-        )
+            "retry": Retry(NoBackoff(), 0),
+        }
+        sentinels: Any = None
+        # Options in the URL (client_name, timeouts, TLS) win over these defaults.
+        if target is not None:
+            # A new client per attempt: its first connection asks the Sentinels afresh.
+            client, sentinels = sentinel.async_client(target, options)
+        else:
+            client = redis.asyncio.Redis.from_url(nodes[failures % len(nodes)], **options)
         try:
             try:
                 async with client.pubsub() as pubsub:
@@ -205,6 +214,8 @@ async def _listen_redis(
                     await _relay(pubsub, heard, stopping)
             finally:
                 await client.aclose()
+                if sentinels is not None:
+                    await sentinels.aclose()
         except asyncio.CancelledError:
             raise
         except NoPermissionError as exc:

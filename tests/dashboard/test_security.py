@@ -154,6 +154,9 @@ def test_redact_url() -> None:
     assert redact_url("redis://:pw@[::1]:6379/0") == "redis://:***@[::1]:6379/0"
     assert redact_url("mysql://root@127.0.0.1/test") == "mysql://root@127.0.0.1/test"
     assert redact_url("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+    assert (redact_url("redis+sentinel://:pw@h1:26379,h2:26379/leaseq/2?sentinel_password=s&x=1")
+            == "redis+sentinel://:***@h1:26379,h2:26379/leaseq/2?sentinel_password=***&x=1")
+    assert redact_url("redis+cluster://u:pw@h1:7001,h2:7002") == "redis+cluster://u:***@h1:7001,h2:7002"
 
 
 def test_mounted_under_a_path(q: leaseq.Queue, url: str, prefix: str, serve: Serve) -> None:

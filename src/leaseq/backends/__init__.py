@@ -13,7 +13,8 @@ _memory_lock = threading.Lock()
 
 SCHEMES = (
     "sqlite:///path.db, postgresql://user@host/db, mysql://user@host/db, "
-    "redis://host:6379/0, redis+cluster://host:7000 or memory://"
+    "redis://host:6379/0, redis+cluster://host:7000, redis+sentinel://host:26379/service "
+    "or memory://"
 )
 
 
@@ -34,7 +35,8 @@ def create_backend(url: str, settings: Settings, use_async: bool) -> Any:
     if scheme in ("mysql", "mariadb"):
         module = _optional("leaseq.backends.mysql.driver", "mysql", "PyMySQL")
         return module.create(url, settings, use_async)
-    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
+    if scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel",
+                  "rediss+sentinel"):
         module = _optional("leaseq.backends.redis.driver", "redis", "redis-py")
         return module.create(url, settings, use_async)
     raise ConfigurationError(f"unsupported URL scheme {scheme!r} in {url!r}; use {SCHEMES}")

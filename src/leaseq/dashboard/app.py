@@ -76,17 +76,21 @@ SECURITY_HEADERS = {
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for display and logs."""
+    """``url`` with any password replaced by ``***``, for display and logs: the one
+    before ``@`` (also in a URL naming several hosts, ``h1:p1,h2:p2``) and any query
+    option whose name holds ``password`` (``sentinel_password=``)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    changed = False
+    if at and ":" in userinfo:
+        parts = parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{hosts}")
+        changed = True
+    if "password" in parts.query.lower():
+        options = [f"{item.split('=', 1)[0]}=***" if "password" in item.split("=", 1)[0].lower()
+                   else item for item in parts.query.split("&")]
+        parts = parts._replace(query="&".join(options))
+        changed = True
+    return urlunsplit(parts) if changed else url
 
 
 class Source:

@@ -17,6 +17,11 @@ Redis Cluster by one or more of its nodes (the first that answers serves): the r
 then hold a ``RedisCluster`` client, which learns the other nodes and routes each script
 to the node of its keys' slot, and the plans split
 cross-slot work into one script per slot (``ops.py``).
+
+``redis+sentinel://[user:password@]host[:port][,host[:port]...]/SERVICE[/db]`` names the
+Sentinels of a primary with replicas (``sentinel.py``): the runners then hold redis-py's
+``master_for`` client, whose new connections ask the Sentinels for the current primary,
+so a failover is followed by the same reconnects as a restart.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from leaseq.backends.redis.durability import (
 )
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
+from leaseq.backends.redis.sentinel import Target, async_client, sync_client
+from leaseq.backends.redis.sentinel import parse as sentinel_target
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -139,16 +146,21 @@ def pool_options(settings: Settings) -> dict[str, Any]:
 
 class SyncRunner:
     """Runs plans on a ``redis.Redis`` client, or with ``seeds`` (``cluster_urls``) a
-    ``RedisCluster`` (one blocking pool of ``pool_size`` connections per node)."""
+    ``RedisCluster`` (one blocking pool of ``pool_size`` connections per node), or with
+    ``sentinel`` a client on the primary the Sentinels name."""
 
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings,
-                 seeds: list[str] | None = None, durability: Durability | None = None
-                 ) -> None:
+                 seeds: list[str] | None = None, sentinel: Target | None = None,
+                 durability: Durability | None = None) -> None:
         self.where = where
         self.durability = durability
         self.pool: redis.BlockingConnectionPool | None = None
+        self.sentinels: Any = None
+        if sentinel is not None:
+            self.client, self.sentinels = sync_client(sentinel, pool_options(settings))
+            return
         if seeds is not None:
             self.client = redis.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.cluster.ClusterNode),
@@ -248,18 +260,21 @@ class SyncRunner:
         self.client.close()
         if self.pool is not None:
             self.pool.disconnect()
+        if self.sentinels is not None:
+            self.sentinels.close()
 
 
 class AsyncRunner:
     """Runs plans on a ``redis.asyncio.Redis`` client, or with ``seeds``
-    (``cluster_urls``) a ``redis.asyncio.cluster.RedisCluster``. The server checks run
-    before the first plan, inside the caller's event loop."""
+    (``cluster_urls``) a ``redis.asyncio.cluster.RedisCluster``, or with ``sentinel`` a
+    client on the primary the Sentinels name. The server checks run before the first
+    plan, inside the caller's event loop."""
 
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
-                 seeds: list[str] | None = None, durability: Durability | None = None
-                 ) -> None:
+                 seeds: list[str] | None = None, sentinel: Target | None = None,
+                 durability: Durability | None = None) -> None:
         self.where = where
         self.ops = ops
         self.durability = durability
@@ -267,6 +282,10 @@ class AsyncRunner:
         self.pool: redis.asyncio.BlockingConnectionPool | None = None
         self.slots: asyncio.Semaphore | None = None
         self.wait = settings.connect_timeout
+        self.sentinels: Any = None
+        if sentinel is not None:
+            self.client, self.sentinels = async_client(sentinel, pool_options(settings))
+            return
         if seeds is not None:
             options = pool_options(settings)
             del options["timeout"]
@@ -407,6 +426,8 @@ class AsyncRunner:
         await self.client.aclose()
         if self.pool is not None:
             await self.pool.disconnect()
+        if self.sentinels is not None:
+            await self.sentinels.aclose()
 
 
 class RedisBackend(PlanBackend):
@@ -493,18 +514,22 @@ def seed_nodes(urls: list[str], node: Callable[[str, int], Any]) -> list[Any]:
 def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     """A backend for ``redis://[user:password@]host[:port][/db]`` (or ``rediss://`` for
     TLS), or ``redis+cluster://[user:password@]host[:port][,host[:port]...]`` for a Redis
-    Cluster that has nodes there (``rediss+cluster://`` for TLS). The sync client checks the server
-    at once, so a wrong URL fails here with its real reason; the async one on its first
-    call."""
+    Cluster that has nodes there (``rediss+cluster://`` for TLS), or
+    ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/SERVICE[/db]`` for the
+    primary that those Sentinels name (``sentinel.py``). The sync client checks the
+    server at once, so a wrong URL fails here with its real reason; the async one on its
+    first call. ``wait_replicas``, ``wait_timeout`` and ``wait_aof`` in the query of any
+    of them make every write wait for replicas (``durability.py``)."""
     url, durability = split_options(url)
-    where = url.split("@")[-1]
+    target = sentinel_target(url)
+    where = target.where if target is not None else url.split("@")[-1]
     seeds = cluster_urls(url)
     ops = RedisOps(settings.table_prefix, where, seeds is not None)
     try:
         if use_async:
-            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds,
+            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds, target,
                                                  durability))
-        runner = SyncRunner(url, where, settings, seeds, durability)
+        runner = SyncRunner(url, where, settings, seeds, target, durability)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
     except FAILURES as exc:  # RedisCluster reads the topology at once
