@@ -14,9 +14,10 @@ Sentinel promotes a replica. Producers and workers follow it through the
 - without it: what was lost is measured (enqueues that returned but whose job is gone or
   was replaced by a later one reusing its id) and printed, not asserted.
 
-Short by default (about 10-15 s per variant); LEASEQ_FAILOVER_BEFORE / _AFTER (seconds of
-producing before and after the kill) and LEASEQ_FAILOVER_RUNS make it longer and repeat
-it; each run prints one line (appended to LEASEQ_CHAOS_REPORT when set).
+Short by default (about 10 s per variant); LEASEQ_FAILOVER_BEFORE / _AFTER (seconds of
+producing before and after the kill), LEASEQ_FAILOVER_PACE (seconds between one
+producer's enqueues, 0.01) and LEASEQ_FAILOVER_RUNS make it longer, busier and repeat it;
+each run prints one line (appended to LEASEQ_CHAOS_REPORT when set).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ WORKERS, CONCURRENCY, PRODUCERS = 2, 4, 3
 BEFORE = float(os.environ.get("LEASEQ_FAILOVER_BEFORE", "3"))
 AFTER = float(os.environ.get("LEASEQ_FAILOVER_AFTER", "4"))
 RUNS = int(os.environ.get("LEASEQ_FAILOVER_RUNS", "1"))
-PACE = 0.01  # between one producer's enqueues: ~250 jobs/s in all, well within the drain
+# Seconds between one producer's enqueues: ~250 jobs/s in all by default, within the drain.
+PACE = float(os.environ.get("LEASEQ_FAILOVER_PACE", "0.01"))
 REPORT = os.environ.get("LEASEQ_CHAOS_REPORT")
 
 # -- the app the worker processes run ----------------------------------------------------
@@ -104,6 +106,14 @@ def primary_port() -> int:
         return int(sentinel.sentinel_get_master_addr_by_name(SERVICE)[1])
 
 
+def failovers() -> int:
+    """Failovers so far: the Sentinel's configuration epoch counts them. Under load a
+    freshly promoted primary can miss the Sentinel's 1 s down-after and be replaced
+    again, by a replica still resyncing: the lossiest case, which the line reports."""
+    with redis.Redis(port=SENTINEL, decode_responses=True) as sentinel:
+        return int(sentinel.sentinel_master(SERVICE)["config-epoch"])
+
+
 def replicas_linked(port: int, wanted: int) -> bool:
     try:
         with redis.Redis(port=port, decode_responses=True, socket_timeout=2) as node:
@@ -128,14 +138,15 @@ class Run:
     rerun_jobs: int = 0
     extra_runs: int = 0
     failover_s: float = 0.0
+    failovers: int = 0
 
     def line(self) -> str:
         mode = "wait_replicas=1" if self.waited else "no wait"
         return (f"redis failover ({mode}): enqueues returned {len(self.returned)}, lost "
                 f"{len(self.lost)}, returned but not completed {len(self.not_completed)}, "
                 f"jobs re-run {self.rerun_jobs} ({self.extra_runs} extra runs; slots "
-                f"{WORKERS * CONCURRENCY}), failover {self.failover_s:.1f} s, errors "
-                f"{self.errors}")
+                f"{WORKERS * CONCURRENCY}), failovers {self.failovers} (first took "
+                f"{self.failover_s:.1f} s), errors {self.errors}")
 
 
 def produce(url: str, prefix: str, producer: int, stop: threading.Event, run: Run,
@@ -214,6 +225,7 @@ def failover_run(folder: Path, waited: bool) -> Run:
             for thread in producers:
                 thread.join(30)
             settle(url, prefix, workers)
+            run.failovers = failovers()
         finally:
             stop.set()
             for proc in workers:
