@@ -88,6 +88,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         replica = redis.Redis(port=REPLICA, decode_responses=True)
 
         def linked() -> bool:
+            for process, name in zip(processes, ("primary", "replica"), strict=True):
+                if process.poll() is not None:  # e.g. its port was taken
+                    log = (root / name / "redis.log").read_text()[-500:]
+                    raise AssertionError(f"the {name} redis-server exited: {log}")
             try:
                 return (replica.info("replication").get("master_link_status") == "up"
                         and primary.info("replication").get("connected_slaves") == 1)
@@ -139,6 +143,23 @@ def test_bad_option_values_are_refused_by_name(query: str, why: str) -> None:
         leaseq.Queue(f"redis://127.0.0.1:1/0?{query}")
     with pytest.raises(leaseq.ConfigurationError, match=why):
         leaseq.AsyncQueue(f"redis+cluster://127.0.0.1:1?{query}")
+    with pytest.raises(leaseq.ConfigurationError, match=why):
+        leaseq.Queue(f"redis+sentinel://127.0.0.1:1/leaseq?{query}")
+
+
+def test_the_options_leave_the_url_and_default_to_one_second() -> None:
+    from leaseq.backends.redis.durability import Durability, split_options
+
+    assert split_options("redis://h:1/0?wait_replicas=2") == (
+        "redis://h:1/0", Durability(2, 1000, False))
+    assert split_options("redis+sentinel://s:1/svc/2?client_name=x&wait_replicas=1"
+                         "&wait_timeout=50&socket_timeout=3") == (
+        "redis+sentinel://s:1/svc/2?client_name=x&socket_timeout=3", Durability(1, 50))
+    assert split_options("redis://h:1/0?wait_aof=1") == ("redis://h:1/0",
+                                                         Durability(0, 1000, True))
+    assert split_options("redis://h:1/0?wait_replicas=0") == ("redis://h:1/0", None)
+    assert split_options("redis://h:1/0?client_name=x") == ("redis://h:1/0?client_name=x",
+                                                            None)
 
 
 def test_the_options_are_not_handed_to_redis_py(pair: dict[str, Any]) -> None:

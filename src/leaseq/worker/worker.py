@@ -626,7 +626,10 @@ class Worker:
             ctx.shutting_down = True
             runner.cancel()
             try:
-                await aq.release(ctx.job)
+                try:
+                    await aq.release(ctx.job)
+                except NotReplicated as exc:  # given back on the primary
+                    unreplicated(exc, f"give-back of job {ctx.job.id}")
                 log.info("job %s given back at shutdown", ctx.job.id)
                 if self._metrics is not None:
                     self._metrics.finished(ctx.job, "released")
