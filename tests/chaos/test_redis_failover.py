@@ -147,10 +147,18 @@ class Run:
     failover_s: float = 0.0
     failovers: int = 0
 
+    def states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for item in self.not_completed:
+            state = item.rsplit(":", 1)[1]
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
     def line(self) -> str:
         mode = "wait_replicas=1" if self.waited else "no wait"
         return (f"redis failover ({mode}): enqueues returned {len(self.returned)}, lost "
-                f"{len(self.lost)}, returned but not completed {len(self.not_completed)}, "
+                f"{len(self.lost)}, returned but not completed {len(self.not_completed)} "
+                f"{self.states()}, "
                 f"jobs re-run {self.rerun_jobs} ({self.extra_runs} extra runs; slots "
                 f"{WORKERS * CONCURRENCY}), failovers {self.failovers} (first took "
                 f"{self.failover_s:.1f} s), errors {self.errors}")
@@ -244,14 +252,24 @@ def failover_run(folder: Path, waited: bool) -> Run:
 
 
 def settle(url: str, prefix: str, workers: list[subprocess.Popen[bytes]]) -> None:
-    """Waits until the queue is drained on the new primary, then stops the workers."""
+    """Waits until the queue is drained on the primary the Sentinel names, and has stayed
+    so for 2 s (a second failover can still be under way, and a demoted node resyncing
+    answers for a moment with an emptied dataset), then stops the workers."""
     with leaseq.Queue(url, leaseq.Settings(table_prefix=prefix)) as q:
         deadline = time.monotonic() + 90
+        calm: float | None = None
         while time.monotonic() < deadline:
-            with contextlib.suppress(leaseq.BackendError):
+            drained = False
+            with contextlib.suppress(leaseq.BackendError, redis.RedisError):
                 s = q.stats().get("failover")
-                if s is not None and s.available + s.scheduled + s.running == 0:
-                    break
+                drained = (s is not None and s.available + s.scheduled + s.running == 0
+                           and replicas_linked(primary_port(), 0))
+            if not drained:
+                calm = None
+            elif calm is None:
+                calm = time.monotonic()
+            elif time.monotonic() - calm >= 2.0:
+                break
             time.sleep(0.2)
     for proc in workers:
         assert proc.poll() is None, "a worker died during the failover"
@@ -275,7 +293,7 @@ def check(run: Run, url: str, prefix: str, log: Path) -> None:
             if (info.payload or {}).get("tag") != tag:
                 run.lost.append(tag)  # its id was handed out again after the failover
             elif info.state != "completed":
-                run.not_completed.append(tag)
+                run.not_completed.append(f"{tag}:{info.state}")
     reruns = [n for n in starts.values() if n > 1]
     run.rerun_jobs, run.extra_runs = len(reruns), sum(n - 1 for n in reruns)
 
