@@ -214,8 +214,9 @@ async def _listen_redis(
                     await _relay(pubsub, heard, stopping)
             finally:
                 await client.aclose()
-                if sentinels is not None:
-                    await sentinels.aclose()
+                if sentinels is not None:  # older redis-py leaves the pool open
+                    await client.connection_pool.disconnect()
+                    await sentinel.aclose_sentinels(sentinels)
         except asyncio.CancelledError:
             raise
         except NoPermissionError as exc:

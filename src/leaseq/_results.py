@@ -18,6 +18,11 @@ by a finish it hears of:
 Without a wake-up (MySQL/MariaDB, a listener down) the sleeps double from
 ``POLL_FIRST`` to ``POLL_CAP``: push is a shortcut, polling the guarantee.
 
+A read that fails with ``BackendUnavailable`` after the first (a failover, a restart: the
+client's own retries gave up) does not end the wait: the waiter reads again on the same
+schedule until the job finished or the timeout passed (then that error is raised).
+Refused credentials and a closed client still end it at once.
+
 All the waiters of a process on one database (URL and table prefix) share one ``Hub``:
 one listener connection, in a daemon thread, started by the first waiter and kept for
 ``LINGER`` seconds after the last, so a series of waits does not reconnect each time.
@@ -40,7 +45,13 @@ from leaseq._aio import wait_event
 from leaseq._core import validate as v
 from leaseq._core.job import EnqueueResult, JobInfo, ResultWaiter
 from leaseq._core.settings import Settings
-from leaseq.errors import InvalidArgument, JobFailed, ResultNotReady
+from leaseq.errors import (
+    AuthenticationFailed,
+    BackendUnavailable,
+    InvalidArgument,
+    JobFailed,
+    ResultNotReady,
+)
 
 log = logging.getLogger("leaseq.results")
 
@@ -257,7 +268,10 @@ def wait(
                 step = next(steps)
                 while True:
                     if step is None:
-                        step = steps.send(get(job_id))
+                        try:
+                            step = steps.send(get(job_id))
+                        except BackendUnavailable as exc:
+                            step = steps.send(_unreadable(exc))
                     else:
                         rung = bell.wait(step)
                         if rung:
@@ -298,7 +312,10 @@ async def wait_async(
                 step = next(steps)
                 while True:
                     if step is None:
-                        step = steps.send(await get(job_id))
+                        try:
+                            step = steps.send(await get(job_id))
+                        except BackendUnavailable as exc:
+                            step = steps.send(_unreadable(exc))
                     else:
                         rung = await wait_event(bell, step)
                         if rung:
@@ -316,17 +333,19 @@ def _pacing(
 ) -> Generator[float | None, Any, Any]:
     """The decisions of ``wait`` and ``wait_async``, which differ only in how they read
     and sleep: yields None for a read of the job (send the ``JobInfo``) or seconds to
-    sleep unless rung (send True when rung); returns the outcome, or raises
-    ``JobFailed`` or ``TimeoutError``. Reads back off from ``POLL_FIRST`` to
-    ``POLL_CAP``; a ring brings the next read forward (``_next_read``)."""
+    sleep unless rung (send True when rung; send the ``BackendUnavailable`` of a read
+    that failed); returns the outcome, or raises ``JobFailed``, ``TimeoutError`` or, when
+    the last read failed, its ``BackendUnavailable``. Reads back off from ``POLL_FIRST``
+    to ``POLL_CAP``; a ring brings the next read forward (``_next_read``)."""
     pause = POLL_FIRST
     while True:
         read_at = time.monotonic()
         info = yield None
-        if settled(info):
+        failed = isinstance(info, BackendUnavailable)
+        if not failed and settled(info):
             return outcome(info)
         if deadline is not None and read_at >= deadline:
-            raise _timed_out(info, timeout)
+            raise info if failed else _timed_out(info, timeout)
         due = read_at + pause
         pause = min(pause * 2, POLL_CAP)
         while (now := time.monotonic()) < due:
@@ -335,6 +354,14 @@ def _pacing(
                 break  # the deadline: one last read, then TimeoutError
             if (yield end - now):
                 due = _next_read(slot, now, read_at, due)
+
+
+def _unreadable(exc: BackendUnavailable) -> BackendUnavailable:
+    """A failed read, for ``_pacing``: one that cannot pass by itself ends the wait."""
+    if isinstance(exc, AuthenticationFailed):
+        raise exc
+    log.debug("result wait: reading the job failed, reading again (%s)", exc)
+    return exc
 
 
 def _final(info: JobInfo, timeout: float | None) -> Any:

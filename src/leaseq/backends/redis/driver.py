@@ -50,7 +50,13 @@ from leaseq.backends.redis.durability import (
 )
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
-from leaseq.backends.redis.sentinel import Target, async_client, sync_client
+from leaseq.backends.redis.sentinel import (
+    Target,
+    aclose_sentinels,
+    async_client,
+    close_sentinels,
+    sync_client,
+)
 from leaseq.backends.redis.sentinel import parse as sentinel_target
 from leaseq.errors import (
     AuthenticationFailed,
@@ -160,6 +166,7 @@ class SyncRunner:
         self.sentinels: Any = None
         if sentinel is not None:
             self.client, self.sentinels = sync_client(sentinel, pool_options(settings))
+            self.pool = self.client.connection_pool
             return
         if seeds is not None:
             self.client = redis.cluster.RedisCluster.from_url(
@@ -261,7 +268,7 @@ class SyncRunner:
         if self.pool is not None:
             self.pool.disconnect()
         if self.sentinels is not None:
-            self.sentinels.close()
+            close_sentinels(self.sentinels)
 
 
 class AsyncRunner:
@@ -285,6 +292,7 @@ class AsyncRunner:
         self.sentinels: Any = None
         if sentinel is not None:
             self.client, self.sentinels = async_client(sentinel, pool_options(settings))
+            self.pool = self.client.connection_pool
             return
         if seeds is not None:
             options = pool_options(settings)
@@ -427,7 +435,7 @@ class AsyncRunner:
         if self.pool is not None:
             await self.pool.disconnect()
         if self.sentinels is not None:
-            await self.sentinels.aclose()
+            await aclose_sentinels(self.sentinels)
 
 
 class RedisBackend(PlanBackend):

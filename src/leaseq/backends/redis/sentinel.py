@@ -17,6 +17,8 @@ path: the lookup happens only when a connection is opened.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +86,9 @@ def parse(url: str) -> Target | None:
     if db and not db.isdigit():
         raise ConfigurationError(f"{shown!r}: the database must be a number, not {db!r}")
     pairs = parse_qsl(query, keep_blank_values=True)
+    for key, _ in pairs:
+        if key not in SENTINEL_AUTH and key not in connection_options():
+            raise ConfigurationError(f"{shown!r}: unknown option {key!r} in the query")
     sentinel_options: dict[str, Any] = {
         SENTINEL_AUTH[key]: value for key, value in pairs if key in SENTINEL_AUTH
     }
@@ -106,6 +111,24 @@ def parse(url: str) -> Target | None:
         sentinel_options["ssl"] = True
         sentinel_options.update({k: v for k, v in options.items() if k.startswith("ssl_")})
     return Target(sentinels, service, options, sentinel_options)
+
+
+@functools.cache
+def connection_options() -> frozenset[str]:
+    """The option names a redis-py connection (TLS included) or its pool accepts: any
+    other name in the query would fail at the first connect with a ``TypeError``."""
+    names = {"max_connections", "timeout"}
+    for cls in redis.connection.SSLConnection.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # a builtin's __init__
+            continue
+        names.update(p.name for p in parameters
+                     if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self")
+    return frozenset(names)
 
 
 def _sentinel(item: str, shown: str) -> tuple[str, int]:
@@ -132,6 +155,15 @@ class BlockingSentinelPool(redis.sentinel.SentinelConnectionPool,
     """redis-py's Sentinel pool with the blocking pool's checkout: at most
     ``max_connections``, and a caller waits up to ``timeout`` for a free one, as leaseq's
     pool does on a plain ``redis://`` URL."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        """All connections, or (as the Sentinel pool asks when the primary moved) only
+        the idle ones, which the sync blocking pool of redis-py 5.0 cannot do."""
+        if inuse_connections:
+            super().disconnect()
+            return
+        for connection in [c for c in list(self.pool.queue) if c is not None]:
+            connection.disconnect()
 
 
 class AsyncBlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool,
@@ -185,14 +217,24 @@ def missing(service: str, answers: list[tuple[str, Any]],
             not_found: type[Exception]) -> Exception:
     """Why no primary of ``service`` was found, from each Sentinel's answer to
     ``SENTINEL MASTER`` (asked only then: never on the hot path). A
-    ``ConfigurationError`` when every Sentinel answered and none monitors ``service``;
-    else ``not_found`` (redis-py's ``MasterNotFoundError``, a ``ConnectionError``: the
-    primary may be back in a moment, as after a failover) naming each Sentinel's view."""
+    ``ConfigurationError`` when every Sentinel answered and none monitors ``service``; an
+    ``AuthenticationError`` when every one refused the credentials; else ``not_found``
+    (redis-py's ``MasterNotFoundError``, a ``ConnectionError``: the primary may be back in
+    a moment, as after a failover) naming each Sentinel's view."""
     if answers and all(isinstance(a, redis.ResponseError) and UNKNOWN in str(a).lower()
                        for _, a in answers):
         return ConfigurationError(
             f"the Redis Sentinels monitor no service {service!r}: check the name after "
             f"the hosts in the URL ({FORM})"
+        )
+    refused = [a for _, a in answers
+               if isinstance(a, (redis.AuthenticationError, redis.exceptions.AuthorizationError))]
+    if answers and len(refused) == len(answers):
+        # Not retried, and translated to AuthenticationFailed, as for a data node.
+        return redis.AuthenticationError(
+            f"the Redis Sentinels refused the credentials ({refused[0]}): their password "
+            "goes in the URL's sentinel_password= (and sentinel_username=); the one "
+            "before @ is the data nodes'"
         )
     views = []
     for address, answer in answers:
@@ -210,18 +252,21 @@ def missing(service: str, answers: list[tuple[str, Any]],
 
 def sync_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
     """A ``redis.Redis`` on the current primary with a ``BlockingSentinelPool`` (options:
-    ``pool_options``, which the URL's own override), and its ``Sentinel`` (close both)."""
+    ``pool_options``, which the URL's own override), and its ``Sentinel``. To close: the
+    client, its ``connection_pool`` (older redis-py leaves it open), ``close_sentinels``."""
     manager = Sentinel(  # type: ignore[no-untyped-call]
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
     )
-    client = manager.master_for(target.service, connection_pool_class=BlockingSentinelPool,  # type: ignore[no-untyped-call]
-                                **{**options, **target.options})
+    client = manager.master_for(  # type: ignore[no-untyped-call]
+        target.service, connection_pool_class=BlockingSentinelPool,
+        **{**options, **target.options},
+    )
     return client, manager
 
 
 def async_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
-    """``sync_client`` for asyncio (``aclose`` both)."""
+    """``sync_client`` for asyncio (``aclose_sentinels``)."""
     manager = AsyncSentinel(  # type: ignore[no-untyped-call]
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
@@ -230,3 +275,16 @@ def async_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
                                 connection_pool_class=AsyncBlockingSentinelPool,
                                 **{**options, **target.options})
     return client, manager
+
+
+def close_sentinels(manager: Any) -> None:
+    """Closes the connections ``manager`` (a ``Sentinel``) holds to the Sentinels:
+    redis-py's own ``Sentinel.close`` only came with 8.1."""
+    for sentinel in manager.sentinels:
+        sentinel.close()
+
+
+async def aclose_sentinels(manager: Any) -> None:
+    """``close_sentinels`` for an ``AsyncSentinel``."""
+    for sentinel in manager.sentinels:
+        await sentinel.aclose()
