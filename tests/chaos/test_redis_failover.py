@@ -239,7 +239,7 @@ def failover_run(folder: Path, waited: bool) -> Run:
             stop.set()
             for thread in producers:
                 thread.join(30)
-            settle(url, prefix, workers)
+            settle(prefix, workers)
             run.failovers = failovers()
         finally:
             stop.set()
@@ -247,30 +247,37 @@ def failover_run(folder: Path, waited: bool) -> Run:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
-        check(run, url, prefix, log)
+        check(run, prefix, log)
     return run
 
 
-def settle(url: str, prefix: str, workers: list[subprocess.Popen[bytes]]) -> None:
+def primary_url() -> str:
+    """A plain URL of the primary the Sentinel names now, once it answers as one: the
+    books are read there, never through a pooled connection that may still reach a
+    demoted node."""
+    port = primary_port()
+    assert replicas_linked(port, 0), f"the Sentinel's primary {port} is not a primary"
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def settle(prefix: str, workers: list[subprocess.Popen[bytes]]) -> None:
     """Waits until the queue is drained on the primary the Sentinel names, and has stayed
-    so for 2 s (a second failover can still be under way, and a demoted node resyncing
-    answers for a moment with an emptied dataset), then stops the workers."""
-    with leaseq.Queue(url, leaseq.Settings(table_prefix=prefix)) as q:
-        deadline = time.monotonic() + 90
-        calm: float | None = None
-        while time.monotonic() < deadline:
-            drained = False
-            with contextlib.suppress(leaseq.BackendError, redis.RedisError):
-                s = q.stats().get("failover")
-                drained = (s is not None and s.available + s.scheduled + s.running == 0
-                           and replicas_linked(primary_port(), 0))
-            if not drained:
-                calm = None
-            elif calm is None:
-                calm = time.monotonic()
-            elif time.monotonic() - calm >= 2.0:
-                break
-            time.sleep(0.2)
+    so for 2 s (a second failover can still be under way), then stops the workers."""
+    deadline = time.monotonic() + 90
+    calm: float | None = None
+    while time.monotonic() < deadline:
+        drained = False
+        with contextlib.suppress(leaseq.LeaseqError, redis.RedisError, AssertionError), \
+                leaseq.Queue(primary_url(), leaseq.Settings(table_prefix=prefix)) as q:
+            s = q.stats().get("failover")
+            drained = s is not None and s.available + s.scheduled + s.running == 0
+        if not drained:
+            calm = None
+        elif calm is None:
+            calm = time.monotonic()
+        elif time.monotonic() - calm >= 2.0:
+            break
+        time.sleep(0.2)
     for proc in workers:
         assert proc.poll() is None, "a worker died during the failover"
         proc.send_signal(signal.SIGTERM)
@@ -278,12 +285,12 @@ def settle(url: str, prefix: str, workers: list[subprocess.Popen[bytes]]) -> Non
         proc.wait(30)
 
 
-def check(run: Run, url: str, prefix: str, log: Path) -> None:
+def check(run: Run, prefix: str, log: Path) -> None:
     starts: dict[str, int] = {}
     for line in log.read_text().splitlines() if log.exists() else []:
         tag = json.loads(line)["tag"]
         starts[tag] = starts.get(tag, 0) + 1
-    with leaseq.Queue(url, leaseq.Settings(table_prefix=prefix)) as q:
+    with leaseq.Queue(primary_url(), leaseq.Settings(table_prefix=prefix)) as q:
         for job_id, tag in run.returned:
             try:
                 info = q.get(job_id)
