@@ -95,9 +95,9 @@ def sentinel_topology(folder: Path) -> Iterator[None]:
     started = subprocess.run([str(script), "start", str(folder), str(BASE)], timeout=180,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if started.returncode != 0:
-        # On a loaded machine the script's 15 s wait for the Sentinel to list both replicas
-        # as healthy is missed now and then (about 1 start in 10 here); one more try
-        # (it stopped what it started), and a second failure fails the test.
+        # The script's first version missed its readiness wait about 1 start in 10 on a
+        # loaded machine (fixed since); one more try (it stopped what it started), and a
+        # second failure fails the test.
         print(f"scripts/redis-sentinel start failed once: {started.stderr.strip()}")
         subprocess.run([str(script), "start", str(folder), str(BASE)], check=True,
                        timeout=180, stdout=subprocess.DEVNULL)
