@@ -20,6 +20,8 @@ T = TypeVar("T")
 POSTGRES_URL = os.environ.get("LEASEQ_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("LEASEQ_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
 REDIS_URL = os.environ.get("LEASEQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
+# For redis-py clients of the tests' own: without leaseq's options (wait_replicas=...).
+REDIS_PLAIN_URL = REDIS_URL.split("?")[0]
 REDIS_CLUSTER_URL = os.environ.get("LEASEQ_TEST_REDIS_CLUSTER", "redis+cluster://127.0.0.1:7001")
 # The same PostgreSQL through a transaction-mode PgBouncer (scripts/services starts it).
 PGBOUNCER_URL = os.environ.get("LEASEQ_TEST_PGBOUNCER",
@@ -82,7 +84,7 @@ def reachable(backend: str) -> str | None:
         elif backend == "redis":
             import redis
 
-            with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3) as client:
+            with redis.Redis.from_url(REDIS_PLAIN_URL, socket_connect_timeout=3) as client:
                 client.ping()
         elif backend == "redis_cluster":
             cluster = redis_cluster()
@@ -122,7 +124,7 @@ def drop_tables(backend: str, prefix: str) -> None:
 
         from leaseq.backends.redis.keys import Keys
 
-        with redis.Redis.from_url(REDIS_URL) as client:
+        with redis.Redis.from_url(REDIS_PLAIN_URL) as client:
             # The pattern escapes the prefix and matches only its keys (keys.py).
             for key in client.scan_iter(match=Keys(prefix).pattern(), count=1000):
                 client.delete(key)

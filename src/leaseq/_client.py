@@ -37,7 +37,13 @@ from leaseq._group import AsyncGroupCommit, GroupCommit, grouped
 from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
-from leaseq.errors import InvalidArgument, JobCancelled, LeaseLost, TouchLimitExceeded
+from leaseq.errors import (
+    InvalidArgument,
+    JobCancelled,
+    LeaseLost,
+    NotReplicated,
+    TouchLimitExceeded,
+)
 
 
 class Queue(Shared):
@@ -192,7 +198,10 @@ class Queue(Shared):
         names, worker, lease_s, n, wait_s = self._claim_args(queues, worker_id, lease, limit,
                                                               wait)
         if self._reclaim_due():
-            self._backend.reclaim(1000)
+            # Housekeeping the primary did: unreplicated, it is redone later, and the
+            # claim that follows reports its own replication (wait_replicas).
+            with contextlib.suppress(NotReplicated):
+                self._backend.reclaim(1000)
         self._fresh_configs()  # which queues have limits
         jobs = self._backend.claim(names, worker, lease_s, n, self.settings.lease, self._limited)
         if jobs or wait_s <= 0:
@@ -679,7 +688,8 @@ class AsyncQueue(Shared):
         names, worker, lease_s, n, wait_s = self._claim_args(queues, worker_id, lease, limit,
                                                               wait)
         if self._reclaim_due():
-            await self._backend.reclaim(1000)
+            with contextlib.suppress(NotReplicated):  # see Queue.dequeue
+                await self._backend.reclaim(1000)
         await self._fresh_configs()  # which queues have limits
         if wait_s <= 0:
             return await self._backend.claim(names, worker, lease_s, n, self.settings.lease,

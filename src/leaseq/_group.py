@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from leaseq._core.job import EnqueueResult
 from leaseq._core.settings import Settings
 from leaseq.backends.base import AsyncBackend, Backend, NewJob
-from leaseq.errors import BackendUnavailable, ClientClosed, SchemaMissing
+from leaseq.errors import BackendUnavailable, ClientClosed, NotReplicated, SchemaMissing
 
 MAX_BATCH = 1000
 """Most jobs in one grouped transaction; callers beyond it wait for the next."""
@@ -141,6 +141,8 @@ def write_grouped(write: Write, jobs: list[NewJob]) -> list[EnqueueResult | Base
     error that may belong to one job, each job in a transaction of its own."""
     try:
         return list(write(jobs))
+    except NotReplicated as exc:
+        return split_unreplicated(exc, len(jobs))
     except SHARED_ERRORS as exc:
         return [exc] * len(jobs)
     except Exception as exc:
@@ -155,12 +157,23 @@ def write_grouped(write: Write, jobs: list[NewJob]) -> list[EnqueueResult | Base
     return outcomes
 
 
+def split_unreplicated(exc: NotReplicated, n: int) -> list[EnqueueResult | BaseException]:
+    """Each caller of a batch the primary wrote but too few replicas confirmed: its own
+    ``NotReplicated`` carrying its own job's result. Never written again job by job: they
+    all exist on the primary."""
+    results = exc.result if isinstance(exc.result, list) else [None] * n
+    return [NotReplicated(str(exc), exc.acknowledged, exc.wanted, exc.fsynced, [result])
+            for result in results]
+
+
 async def awrite_grouped(
     write: AsyncWrite, jobs: list[NewJob]
 ) -> list[EnqueueResult | BaseException]:
     """See ``write_grouped``."""
     try:
         return list(await write(jobs))
+    except NotReplicated as exc:
+        return split_unreplicated(exc, len(jobs))
     except SHARED_ERRORS as exc:
         return [exc] * len(jobs)
     except Exception as exc:

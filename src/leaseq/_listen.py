@@ -218,7 +218,9 @@ async def _listen_redis(
 
     from leaseq.backends.redis import sentinel
     from leaseq.backends.redis.driver import cluster_urls
+    from leaseq.backends.redis.durability import split_options
 
+    url = split_options(url)[0]  # wait_replicas and co. concern writes, not pub/sub
     nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
     target = sentinel.parse(url)
     failures = 0

@@ -20,6 +20,8 @@
     └── BackendError                           the database misbehaved
         ├── BackendUnavailable                 cannot connect, or the connection dropped
         │   └── AuthenticationFailed           wrong user or password
+        ├── NotReplicated                      written on the Redis primary, too few replicas
+        │                                      confirmed it in time (``wait_replicas``)
         ├── SchemaMissing                      tables absent: run ``leaseq migrate``
         └── ClientClosed                       the client was closed
 
@@ -161,3 +163,37 @@ class SchemaMissing(BackendError):
 
 class ClientClosed(BackendError):
     """The ``Queue`` or ``AsyncQueue`` was closed; create a new one."""
+
+
+class NotReplicated(BackendError):
+    """The write WAS made on the Redis primary, but fewer replicas than the URL's
+    ``wait_replicas`` (or, with ``wait_aof=1``, not the primary's own disk) confirmed it
+    within ``wait_timeout`` ms: a failover before they catch up may lose it.
+
+    What to do depends on the call (docs/redis.md, "Replicated writes"): an enqueue with a
+    ``unique_key`` can be retried safely (it returns the same job); an ack can be retried
+    (a repeated ack under the same lease is a no-op that succeeds); a plain enqueue
+    retried may leave two jobs. The worker logs it and carries on with what the primary
+    answered.
+
+    Attributes:
+        acknowledged: How many replicas confirmed the write in time.
+        wanted: How many ``wait_replicas`` asked for.
+        fsynced: With ``wait_aof=1``, whether the primary fsynced it to its append-only
+            file in time (``None`` without ``wait_aof``).
+        result: What the call returned on the primary: for ``dequeue`` the leased jobs,
+            for an enqueue a list with one ``EnqueueResult`` per job (ids, ``created``).
+    """
+
+    def __init__(self, message: str, acknowledged: int, wanted: int,
+                 fsynced: bool | None = None, result: object = None) -> None:
+        self.acknowledged = acknowledged
+        self.wanted = wanted
+        self.fsynced = fsynced
+        self.result = result
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[type[NotReplicated],
+                                  tuple[str, int, int, bool | None, object]]:
+        return type(self), (str(self), self.acknowledged, self.wanted, self.fsynced,
+                            self.result)

@@ -26,7 +26,7 @@ from typing import Any
 
 from leaseq._client import AsyncQueue
 from leaseq._core.job import Job
-from leaseq.errors import BackendUnavailable
+from leaseq.errors import BackendUnavailable, NotReplicated
 
 log = logging.getLogger("leaseq.worker")
 
@@ -78,10 +78,21 @@ class Completer:
 
     async def _write(self, batch: list[tuple[Job, Any]]) -> None:
         began = time.perf_counter() if self.timed is not None else 0.0
+        failure: Exception | None
         try:
             done: list[bool] = await self.aq.ack_many(batch)
+        except NotReplicated as exc:
+            if isinstance(exc.result, list) and len(exc.result) == len(batch):
+                # Completed on the primary: counted done. Lost in a failover, a job runs
+                # again (its lease is undone with it), within the slots that held it.
+                log.warning("ack of %d jobs written on the primary but not replicated in "
+                            "time (%d of %d replicas); carrying on", len(batch),
+                            exc.acknowledged, exc.wanted)
+                done, failure = exc.result, None
+            else:
+                failure = exc  # a flow's acks stopped halfway: as a failed write
         except Exception as exc:
-            failure: Exception | None = exc
+            failure = exc
         else:
             failure = None
         finally:

@@ -57,6 +57,7 @@ from leaseq.errors import (
     JobCancelled,
     LeaseLost,
     LeaseqError,
+    NotReplicated,
     TouchLimitExceeded,
     ValidationError,
 )
@@ -338,6 +339,11 @@ class Worker:
             try:
                 jobs = await aq.dequeue(self.queues, worker_id=self.worker_id,
                                         lease=self.lease, limit=free)
+            except NotReplicated as exc:
+                # The primary leased these jobs to us: run them. Lost in a failover, the
+                # claim is undone and they run again elsewhere, as after a lost lease.
+                unreplicated(exc, "claim")
+                jobs = exc.result if isinstance(exc.result, list) else []
             except LeaseqError as exc:
                 log.warning("fetch failed, retrying: %s", exc)
                 jobs = []
@@ -554,7 +560,11 @@ class Worker:
                     self._completer.submit(job, result.result)
                     return True
                 for method, args, kwargs in decide.calls(job, result, backoff):
-                    returned = await getattr(aq, method)(*args, **kwargs)
+                    try:
+                        returned = await getattr(aq, method)(*args, **kwargs)
+                    except NotReplicated as exc:  # written on the primary: carry on
+                        unreplicated(exc, f"{method} of job {job.id}")
+                        returned = exc.result
                     state = returned if method == "nack" else state
             except ValidationError as exc:  # the result was not storable JSON
                 result = decide.unstorable_result(exc)
@@ -625,7 +635,10 @@ class Worker:
             ctx.shutting_down = True
             runner.cancel()
             try:
-                await aq.release(ctx.job)
+                try:
+                    await aq.release(ctx.job)
+                except NotReplicated as exc:  # given back on the primary
+                    unreplicated(exc, f"give-back of job {ctx.job.id}")
                 log.info("job %s given back at shutdown", ctx.job.id)
                 if self._metrics is not None:
                     self._metrics.finished(ctx.job, "released")
@@ -680,6 +693,13 @@ class Worker:
             started = time.monotonic()
             try:
                 states = q.heartbeat_many([c.job for c, _ in group], extend=lease)
+            except NotReplicated as exc:
+                # Extended on the primary, which is what fences other claimers out.
+                unreplicated(exc, f"heartbeat of {len(group)} jobs")
+                for ctx, _ in group:
+                    ctx.deadline = started + lease * (1 - FENCE_MARGIN)
+                    ctx.next_beat = started + lease / 3
+                continue
             except LeaseqError as exc:
                 # Retry soon; the deadline check self-fences if renewals keep failing.
                 for ctx, _ in group:
@@ -746,6 +766,14 @@ class Worker:
                         log.info("pruned %d history rows", pruned)
             except LeaseqError as exc:
                 log.warning("maintenance failed, will retry: %s", exc)
+
+
+def unreplicated(exc: NotReplicated, what: str) -> None:
+    """Logs a write the primary made but too few replicas confirmed (``wait_replicas``):
+    the worker carries on with what the primary answered (docs/redis.md)."""
+    log.warning("%s written on the primary but not replicated in time (%d of %d replicas); "
+                "carrying on, a failover now may run the job again", what,
+                exc.acknowledged, exc.wanted)
 
 
 def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:

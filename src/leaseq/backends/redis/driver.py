@@ -42,6 +42,12 @@ from redis.retry import Retry
 
 from leaseq._core.settings import Settings
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
+from leaseq.backends.redis.durability import (
+    Durability,
+    Shortfall,
+    check_version,
+    split_options,
+)
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
 from leaseq.backends.redis.sentinel import (
@@ -160,8 +166,10 @@ class SyncRunner:
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings,
-                 seeds: list[str] | None = None, sentinel: Target | None = None) -> None:
+                 seeds: list[str] | None = None, sentinel: Target | None = None,
+                 durability: Durability | None = None) -> None:
         self.where = where
+        self.durability = durability
         self.pool: redis.BlockingConnectionPool | None = None
         self.sentinels: Any = None
         if sentinel is not None:
@@ -181,7 +189,9 @@ class SyncRunner:
         reconnects = 0
         while True:
             try:
-                return drive(factory(), self.execute)
+                if self.durability is None:
+                    return drive(factory(), self.execute)
+                return self.run_waited(factory, self.durability)
             except LeaseqError:
                 raise
             except FAILURES as exc:
@@ -211,6 +221,45 @@ class SyncRunner:
             self.command("SCRIPT LOAD", script.text)
             return self.command("EVALSHA", *args)
 
+    def run_waited(self, factory: PlanFactory[T], durability: Durability) -> T:
+        """A plan whose writes are each followed by ``WAIT`` on their connection
+        (``durability.py``); ``NotReplicated`` once it has run, when some fell short."""
+        short: list[Shortfall] = []
+        value = drive(factory(), lambda call: self.execute_waited(call, durability, short))
+        if short:
+            raise durability.error(short, value)
+        return value
+
+    def execute_waited(self, call: Call, durability: Durability,
+                       short: list[Shortfall]) -> Any:
+        if not durability.waits(call):
+            return self.execute(call)
+        first, again = written(call)
+        for _ in range(RECONNECTS):
+            pipe, node = self.pipeline(call)
+            pipe.execute_command(*first)
+            pipe.execute_command(*durability.command())
+            reply, waited = pipe.execute(raise_on_error=False)
+            if isinstance(reply, exceptions.NoScriptError) and again is not None:
+                # Not run; EVAL runs the script and registers it for the next EVALSHA.
+                first, again = again, None
+                continue
+            if isinstance(reply, (exceptions.MovedError, exceptions.AskError)):
+                # Not run: the slot moved (a cluster failing over); learn where it went.
+                self.client.nodes_manager.initialize()
+                continue
+            return settle(call, reply, waited, durability, short, node)
+        raise reply
+
+    def pipeline(self, call: Call) -> tuple[Any, str]:
+        """A pipeline on one connection to the server (on a cluster, the node) that
+        owns the keys ``call`` writes, and where that is."""
+        if not isinstance(self.client, redis.cluster.RedisCluster):
+            return self.client.pipeline(transaction=False), self.where
+        node = self.client.get_node_from_key(first_key(call))  # type: ignore[no-untyped-call]
+        pipe = self.client.get_redis_connection(node).pipeline(transaction=False)
+        return pipe, str(node.name)
+
     def drop(self, pattern: str) -> int:
         """Deletes the keys matching ``pattern`` on every primary (``drop`` on a
         cluster, where a SCAN cursor belongs to one node)."""
@@ -239,9 +288,11 @@ class AsyncRunner:
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
-                 seeds: list[str] | None = None, sentinel: Target | None = None) -> None:
+                 seeds: list[str] | None = None, sentinel: Target | None = None,
+                 durability: Durability | None = None) -> None:
         self.where = where
         self.ops = ops
+        self.durability = durability
         self.checked = False
         self.pool: redis.asyncio.BlockingConnectionPool | None = None
         self.slots: asyncio.Semaphore | None = None
@@ -276,8 +327,11 @@ class AsyncRunner:
             try:
                 if not self.checked:
                     await adrive(self.ops.startup(), self.execute)
+                    check_version(self.durability, self.ops.version, self.where)
                     self.checked = True
-                return await adrive(factory(), self.execute)
+                if self.durability is None:
+                    return await adrive(factory(), self.execute)
+                return await self.run_waited(factory, self.durability)
             except LeaseqError:
                 raise
             except FAILURES as exc:
@@ -318,6 +372,62 @@ class AsyncRunner:
             await self.command("SCRIPT LOAD", script.text)
             return await self.command("EVALSHA", *args)
 
+    async def run_waited(self, factory: PlanFactory[T], durability: Durability) -> T:
+        """See ``SyncRunner.run_waited``."""
+        short: list[Shortfall] = []
+
+        def execute(call: Call) -> Awaitable[Any]:
+            return self.execute_waited(call, durability, short)
+
+        value = await adrive(factory(), execute)
+        if short:
+            raise durability.error(short, value)
+        return value
+
+    async def execute_waited(self, call: Call, durability: Durability,
+                             short: list[Shortfall]) -> Any:
+        if not durability.waits(call):
+            return await self.execute(call)
+        first, again = written(call)
+        for _ in range(RECONNECTS):
+            reply, waited, node = await self.pipelined(call, first, durability.command())
+            if isinstance(reply, exceptions.NoScriptError) and again is not None:
+                first, again = again, None
+                continue
+            if isinstance(reply, (exceptions.MovedError, exceptions.AskError)):
+                await self.client.nodes_manager.initialize()
+                continue
+            return settle(call, reply, waited, durability, short, node)
+        raise reply
+
+    async def pipelined(self, call: Call, *commands: tuple[Any, ...]) -> list[Any]:
+        """``commands`` in one round trip on one connection (on a cluster, of the node
+        that owns the keys ``call`` writes), their replies (errors as replies) and where
+        they ran."""
+        slots = self.slots  # a cluster's only
+        if slots is None:
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            return [*await pipe.execute(raise_on_error=False), self.where]
+        node = self.client.get_node_from_key(first_key(call))
+        if node is None:
+            raise exceptions.SlotNotCoveredError(f"no node serves {first_key(call)!r}")
+        sent = [redis.asyncio.cluster.PipelineCommand(i, *command)
+                for i, command in enumerate(commands)]
+        try:
+            await asyncio.wait_for(slots.acquire(), self.wait)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"Redis at {self.where}: no free connection within {self.wait:g} s "
+                "(pool_size)"
+            ) from None
+        try:
+            await node.execute_pipeline(sent)
+        finally:
+            slots.release()
+        return [*(command.result for command in sent), str(node.name)]
+
     async def drop(self, pattern: str) -> int:
         """Deletes the keys matching ``pattern`` on every primary."""
         try:
@@ -357,6 +467,37 @@ class RedisBackend(PlanBackend):
         return self.run("drop", self.ops.drop)
 
 
+def written(call: Call) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
+    """The command that makes ``call``'s write, and for a script the ``EVAL`` to send
+    instead when the server does not know it (``NOSCRIPT``)."""
+    if call.command:
+        return (call.name, *call.args), None
+    script = SCRIPTS[call.name]
+    tail = (len(call.keys), *call.keys, *call.args)
+    return ("EVALSHA", script.sha, *tail), ("EVAL", script.text, *tail)
+
+
+def first_key(call: Call) -> Any:
+    """A key ``call`` writes: on a cluster all of a call's keys share one slot."""
+    return call.keys[0] if call.keys else call.args[0]
+
+
+def settle(call: Call, reply: Any, waited: Any, durability: Durability,
+           short: list[Shortfall], where: str) -> Any:
+    """``call``'s reply once its ``WAIT`` came back; a shortfall joins ``short``."""
+    if isinstance(reply, exceptions.ResponseError) and not call.tolerate:
+        raise reply
+    if isinstance(waited, exceptions.ResponseError):
+        # WAIT sent to a replica, WAITAOF with appendonly off: a setup to change.
+        raise ConfigurationError(f"{durability.command()[0]} failed: {waited}")
+    if isinstance(waited, Exception):
+        raise waited
+    missing = durability.shortfall(waited)
+    if missing is not None:
+        short.append((*missing, where))
+    return reply
+
+
 def cluster_urls(url: str) -> list[str] | None:
     """For a ``redis+cluster://[user:password@]host[:port][,host[:port]...]`` URL
     (``rediss+cluster://`` for TLS), one ``redis://`` (``rediss://``) URL per node named,
@@ -393,21 +534,25 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/SERVICE[/db]`` for the
     primary that those Sentinels name (``sentinel.py``). The sync client checks the
     server at once, so a wrong URL fails here with its real reason; the async one on its
-    first call."""
+    first call. ``wait_replicas``, ``wait_timeout`` and ``wait_aof`` in the query of any
+    of them make every write wait for replicas (``durability.py``)."""
+    url, durability = split_options(url)
     target = sentinel_target(url)
     where = target.where if target is not None else url.split("@")[-1]
     seeds = cluster_urls(url)
     ops = RedisOps(settings.table_prefix, where, seeds is not None)
     try:
         if use_async:
-            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds, target))
-        runner = SyncRunner(url, where, settings, seeds, target)
+            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds, target,
+                                                 durability))
+        runner = SyncRunner(url, where, settings, seeds, target, durability)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
     except FAILURES as exc:  # RedisCluster reads the topology at once
         raise translate(exc, where) from exc
     try:
         runner.run(ops.startup)
+        check_version(durability, ops.version, where)
     except BaseException:
         runner.close()
         raise

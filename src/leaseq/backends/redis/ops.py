@@ -188,6 +188,7 @@ class RedisOps:
         # Most queues one script call reads: on a cluster each queue's keys have a slot
         # of their own, so one.
         self.chunk = 1 if cluster else CHUNK
+        self.version: tuple[int, ...] = ()  # (major, minor) once startup read it
 
     # -- start-up and migrate ----------------------------------------------------------
 
@@ -200,6 +201,7 @@ class RedisOps:
         if isinstance(info, dict) and "redis_version" in info:
             version = str(info["redis_version"])
             parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+            self.version = parts
             if parts < MIN_VERSION:
                 raise ConfigurationError(
                     f"Redis at {self.where} is version {version}; leaseq needs Redis 6.2+"

@@ -1,0 +1,331 @@
+"""Redis failover under load, with and without ``wait_replicas`` (docs/redis.md,
+"Replicated writes").
+
+A primary, two replicas and a Sentinel on loopback (``scripts/redis-sentinel start DIR
+6480``: data nodes 6480-6482, the Sentinel on 6580 watching ``leaseq``). Producer threads
+keep enqueueing (each job carries a unique tag; every enqueue that returned is counted)
+while ``leaseq worker`` processes drain; mid-drain the primary is SIGKILLed and the
+Sentinel promotes a replica. Producers and workers follow it through the
+``redis+sentinel://`` URL. Then the workers drain what is left and the books are checked:
+
+- with ``wait_replicas=1``: every enqueue that returned ran and is completed, and the
+  jobs that ran more than once are no more than the slots in flight at the kill
+  (workers x concurrency, each slot's running job and its ack);
+- without it: what was lost is measured (enqueues that returned but whose job is gone or
+  was replaced by a later one reusing its id) and printed, not asserted.
+
+Short by default (about 10 s per variant); LEASEQ_FAILOVER_BEFORE / _AFTER (seconds of
+producing before and after the kill), LEASEQ_FAILOVER_PACE (seconds between one
+producer's enqueues, 0.01) and LEASEQ_FAILOVER_RUNS make it longer, busier and repeat it;
+each run prints one line (appended to LEASEQ_CHAOS_REPORT when set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+import leaseq
+from tests.helpers import new_prefix
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = 6480
+SENTINEL = BASE + 100
+SERVICE = "leaseq"
+WORKERS, CONCURRENCY, PRODUCERS = 2, 4, 3
+BEFORE = float(os.environ.get("LEASEQ_FAILOVER_BEFORE", "3"))
+AFTER = float(os.environ.get("LEASEQ_FAILOVER_AFTER", "4"))
+RUNS = int(os.environ.get("LEASEQ_FAILOVER_RUNS", "1"))
+# Seconds between one producer's enqueues: ~250 jobs/s in all by default, within the drain.
+PACE = float(os.environ.get("LEASEQ_FAILOVER_PACE", "0.01"))
+REPORT = os.environ.get("LEASEQ_CHAOS_REPORT")
+
+# -- the app the worker processes run ----------------------------------------------------
+
+app = leaseq.App(
+    os.environ.get("LEASEQ_FAILOVER_URL", "memory://failover"),
+    table_prefix=os.environ.get("LEASEQ_FAILOVER_PREFIX", "leaseq_"),
+    lease=2.0,
+    backoff=leaseq.Backoff(base=0.05, cap=0.2, jitter=0.5),
+)
+
+
+@app.task(queue="failover", name="probe", max_attempts=50)
+async def probe(tag: str) -> str:
+    """Logs each start with its tag (ids can be reused after a lossy failover, tags
+    cannot). Async, so the worker leases no jobs ahead of its slots."""
+    ctx = leaseq.current_job()
+    assert ctx is not None
+    line = json.dumps({"tag": tag, "job": ctx.job.id, "token": ctx.job.lease_token,
+                       "pid": os.getpid()})
+    fd = os.open(os.environ["LEASEQ_FAILOVER_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+    await asyncio.sleep(0.005)
+    return tag
+
+
+# -- the topology --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def sentinel_topology(folder: Path) -> Iterator[None]:
+    script = ROOT / "scripts" / "redis-sentinel"
+    if not script.exists():
+        pytest.fail("scripts/redis-sentinel is missing (the Sentinel topology script)")
+    if shutil.which("redis-server") is None and not os.environ.get("CI"):
+        pytest.skip("redis-server is not installed")
+    started = subprocess.run([str(script), "start", str(folder), str(BASE)], timeout=180,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if started.returncode != 0:
+        # The script's first version missed its readiness wait about 1 start in 10 on a
+        # loaded machine (fixed since); one more try (it stopped what it started), and a
+        # second failure fails the test.
+        print(f"scripts/redis-sentinel start failed once: {started.stderr.strip()}")
+        subprocess.run([str(script), "start", str(folder), str(BASE)], check=True,
+                       timeout=180, stdout=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        subprocess.run([str(script), "stop", str(folder)], check=False, timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def primary_port() -> int:
+    with redis.Redis(port=SENTINEL, decode_responses=True) as sentinel:
+        return int(sentinel.sentinel_get_master_addr_by_name(SERVICE)[1])
+
+
+def failovers() -> int:
+    """Failovers so far: the Sentinel's configuration epoch counts them. Under load a
+    freshly promoted primary can miss the Sentinel's 1 s down-after and be replaced
+    again, by a replica still resyncing: the lossiest case, which the line reports."""
+    with redis.Redis(port=SENTINEL, decode_responses=True) as sentinel:
+        return int(sentinel.sentinel_master(SERVICE)["config-epoch"])
+
+
+def replicas_linked(port: int, wanted: int) -> bool:
+    try:
+        with redis.Redis(port=port, decode_responses=True, socket_timeout=2) as node:
+            info = node.info("replication")
+    except redis.RedisError:
+        return False
+    online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
+              and v.get("state") == "online"]
+    return info.get("role") == "master" and len(online) >= wanted
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    waited: bool
+    returned: list[tuple[int, str]] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)
+    not_completed: list[str] = field(default_factory=list)
+    rerun_jobs: int = 0
+    extra_runs: int = 0
+    failover_s: float = 0.0
+    failovers: int = 0
+
+    def states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for item in self.not_completed:
+            state = item.rsplit(":", 1)[1]
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def line(self) -> str:
+        mode = "wait_replicas=1" if self.waited else "no wait"
+        return (f"redis failover ({mode}): enqueues returned {len(self.returned)}, lost "
+                f"{len(self.lost)}, returned but not completed {len(self.not_completed)} "
+                f"{self.states()}, "
+                f"jobs re-run {self.rerun_jobs} ({self.extra_runs} extra runs; slots "
+                f"{WORKERS * CONCURRENCY}), failovers {self.failovers} (first took "
+                f"{self.failover_s:.1f} s), errors {self.errors}")
+
+
+def produce(url: str, prefix: str, producer: int, stop: threading.Event, run: Run,
+            lock: threading.Lock) -> None:
+    q = leaseq.Queue(url, leaseq.Settings(table_prefix=prefix, reclaim_interval=None,
+                                          connect_timeout=2))
+    try:
+        n = 0
+        while not stop.is_set():
+            tag = f"{producer}-{n}"
+            n += 1
+            try:
+                result = q.enqueue("failover", {"tag": tag}, kind="probe")
+            except leaseq.LeaseqError as exc:
+                with lock:
+                    name = type(exc).__name__
+                    run.errors[name] = run.errors.get(name, 0) + 1
+                time.sleep(0.05)
+                continue
+            with lock:
+                run.returned.append((result.id, tag))
+            time.sleep(PACE)
+    finally:
+        q.close()
+
+
+def spawn_worker(url: str, prefix: str, log: Path, out: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "LEASEQ_FAILOVER_URL": url, "LEASEQ_FAILOVER_PREFIX": prefix,
+           "LEASEQ_FAILOVER_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    with open(out, "wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "leaseq.cli", "worker",
+             "tests.chaos.test_redis_failover:app", "--concurrency", str(CONCURRENCY),
+             "--poll-interval", "0.1", "--reclaim-interval", "0.5", "--grace", "5",
+             "--log-level", "WARNING"],
+            cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def failover_run(folder: Path, waited: bool) -> Run:
+    """One run on a fresh topology in ``folder``."""
+    run = Run(waited)
+    prefix = new_prefix()
+    url = f"redis+sentinel://127.0.0.1:{SENTINEL}/{SERVICE}"
+    if waited:
+        url += "?wait_replicas=1&wait_timeout=500"
+    log = folder / "starts.jsonl"
+    with sentinel_topology(folder / "nodes"):
+        assert primary_port() == BASE
+        deadline = time.monotonic() + 30
+        while not replicas_linked(BASE, 2):
+            assert time.monotonic() < deadline, "the two replicas never came online"
+            time.sleep(0.1)
+        workers = [spawn_worker(url, prefix, log, folder / f"worker-{i}.log")
+                   for i in range(WORKERS)]
+        stop, lock = threading.Event(), threading.Lock()
+        producers = [threading.Thread(target=produce, args=(url, prefix, i, stop, run, lock),
+                                      daemon=True) for i in range(PRODUCERS)]
+        try:
+            for thread in producers:
+                thread.start()
+            time.sleep(BEFORE)
+            with redis.Redis(port=BASE) as primary:
+                pid = int(primary.info("server")["process_id"])
+            os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            deadline = killed + 60
+            while True:
+                with contextlib.suppress(redis.RedisError):
+                    if primary_port() != BASE:
+                        break
+                assert time.monotonic() < deadline, "the Sentinel promoted no replica"
+                time.sleep(0.1)
+            run.failover_s = time.monotonic() - killed
+            time.sleep(max(0.0, AFTER - run.failover_s))
+            stop.set()
+            for thread in producers:
+                thread.join(30)
+            settle(prefix, workers)
+            run.failovers = failovers()
+        finally:
+            stop.set()
+            for proc in workers:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+        check(run, prefix, log)
+    return run
+
+
+def primary_url() -> str:
+    """A plain URL of the primary the Sentinel names now, once it answers as one: the
+    books are read there, never through a pooled connection that may still reach a
+    demoted node."""
+    port = primary_port()
+    assert replicas_linked(port, 0), f"the Sentinel's primary {port} is not a primary"
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def settle(prefix: str, workers: list[subprocess.Popen[bytes]]) -> None:
+    """Waits until the queue is drained on the primary the Sentinel names, and has stayed
+    so for 2 s (a second failover can still be under way), then stops the workers."""
+    deadline = time.monotonic() + 90
+    calm: float | None = None
+    while time.monotonic() < deadline:
+        drained = False
+        with contextlib.suppress(leaseq.LeaseqError, redis.RedisError, AssertionError), \
+                leaseq.Queue(primary_url(), leaseq.Settings(table_prefix=prefix)) as q:
+            s = q.stats().get("failover")
+            drained = s is not None and s.available + s.scheduled + s.running == 0
+        if not drained:
+            calm = None
+        elif calm is None:
+            calm = time.monotonic()
+        elif time.monotonic() - calm >= 2.0:
+            break
+        time.sleep(0.2)
+    for proc in workers:
+        assert proc.poll() is None, "a worker died during the failover"
+        proc.send_signal(signal.SIGTERM)
+    for proc in workers:
+        proc.wait(30)
+
+
+def check(run: Run, prefix: str, log: Path) -> None:
+    starts: dict[str, int] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        tag = json.loads(line)["tag"]
+        starts[tag] = starts.get(tag, 0) + 1
+    with leaseq.Queue(primary_url(), leaseq.Settings(table_prefix=prefix)) as q:
+        for job_id, tag in run.returned:
+            try:
+                info = q.get(job_id)
+            except leaseq.JobNotFound:
+                run.lost.append(tag)
+                continue
+            if (info.payload or {}).get("tag") != tag:
+                run.lost.append(tag)  # its id was handed out again after the failover
+            elif info.state != "completed":
+                run.not_completed.append(f"{tag}:{info.state}")
+    reruns = [n for n in starts.values() if n > 1]
+    run.rerun_jobs, run.extra_runs = len(reruns), sum(n - 1 for n in reruns)
+
+
+def publish(run: Run) -> str:
+    line = run.line()
+    print(line)
+    if REPORT:
+        with open(REPORT, "a") as out:
+            out.write(line + "\n")
+    return line
+
+
+@pytest.mark.parametrize("waited", [True, False], ids=["wait_replicas=1", "no_wait"])
+def test_a_sentinel_failover_mid_drain(tmp_path: Path, waited: bool) -> None:
+    for n in range(RUNS):
+        run = failover_run(tmp_path / f"run-{n}", waited)
+        line = publish(run)
+        assert len(run.returned) > 100, line  # the producers did run on both sides
+        if waited:
+            # Every enqueue that returned survived the failover and ran to completion...
+            assert run.lost == [] and run.not_completed == [], line
+            # ...and only jobs held at the kill ran again: a slot's running job and
+            # the one whose ack it was writing.
+            assert run.rerun_jobs <= 2 * WORKERS * CONCURRENCY, line
+        else:
+            # Nothing asserted about losses: this run measures them (docs/redis.md).
+            assert run.not_completed == [], line
