@@ -43,7 +43,7 @@ REDIS_CLIENT_NAME = "leaseq-listen"
 (``?client_name=...``, as the chaos harness does for all of a worker's connections)."""
 REDIS_CONNECT_TIMEOUT = 5.0  # a connect to an unreachable host fails, and is tried again
 REDIS_TICK = 1.0  # how often an idle listener looks at stopping() and its keepalive
-REDIS_QUIET = 30.0  # this long without a message, the listener PINGs the server...
+REDIS_QUIET = 10.0  # this long without a message, the listener PINGs the server...
 REDIS_PING_TIMEOUT = 10.0  # ...and reconnects when the reply does not come this soon
 
 
@@ -126,6 +126,9 @@ async def _listen_pg(
     import psycopg
     from psycopg import sql
 
+    from leaseq.backends.postgres.url import with_tcp_defaults
+
+    url = with_tcp_defaults(url)  # a dead network is noticed (design §37)
     pause = 0.5
     while not stopping():
         try:
@@ -214,8 +217,10 @@ async def _listen_redis(
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
+    from leaseq.backends import _sockets
     from leaseq.backends.redis.driver import cluster_urls
 
+    url, tcp = _sockets.split(url)  # leaseq's keepalive parameters: not redis-py's
     nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
     failures = 0
     pause = 0.5
@@ -229,6 +234,10 @@ async def _listen_redis(
             # Bounds the commands of the connect handshake (AUTH, SETNAME), which a frozen
             # server would otherwise leave waiting; reads of messages set their own.
             socket_timeout=REDIS_PING_TIMEOUT,
+            # A subscriber is idle most of the time: keepalives find a dead network in
+            # _sockets.DETECTION seconds, long before the quiet PING below would.
+            socket_keepalive=True,
+            socket_keepalive_options=_sockets.options(tcp),
             decode_responses=True,
             # redis-py's own reconnect would resubscribe silently, and the wake-up owed
             # for messages missed meanwhile would never come: a drop must reach us.
@@ -283,7 +292,11 @@ async def _relay(
 
     A server that vanishes without closing the connection (a failover, a cut network)
     would leave us waiting for ever while the worker polls; so after ``REDIS_QUIET``
-    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``."""
+    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``. The PING
+    is also how a connection the kernel already gave up on (keepalives) is noticed:
+    redis-py's ``get_message`` keeps returning None on it instead of raising (design §37),
+    so a dead network ends the subscription within ``REDIS_QUIET`` + ``REDIS_PING_TIMEOUT``
+    seconds (20), usually within ``REDIS_QUIET`` and a bit."""
     loop = asyncio.get_running_loop()
     heard = loop.time()
     pinged: float | None = None

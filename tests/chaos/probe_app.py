@@ -14,11 +14,12 @@ app = leaseq.App(
     table_prefix=os.environ.get("LEASEQ_CHAOS_PREFIX", "leaseq_"),
     lease=float(os.environ.get("LEASEQ_CHAOS_LEASE", "2")),
     backoff=leaseq.Backoff(base=0.05, cap=0.2, jitter=0.5),
+    connect_timeout=float(os.environ.get("LEASEQ_CHAOS_CONNECT_TIMEOUT", "10")),
 )
 
 
 @app.task(queue="chaos", name="probe", max_attempts=50)
-def probe(work: float = 0.0, fail: float = 0.0) -> str:
+def probe(work: float = 0.0, fail: float = 0.0, hold: float = 0.0) -> str:
     ctx = leaseq.current_job()
     assert ctx is not None
     line = json.dumps({"job": ctx.job.id, "token": ctx.job.lease_token,
@@ -28,7 +29,7 @@ def probe(work: float = 0.0, fail: float = 0.0) -> str:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
-    time.sleep(work * random.random())
+    time.sleep(hold + work * random.random())  # hold: a fixed part (test_half_open)
     if random.random() < fail:
         raise RuntimeError("probe failure, retried")
     return "ok"

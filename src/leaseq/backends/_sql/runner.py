@@ -28,6 +28,11 @@ RETRIES = 12
 # After a dropped connection, an idempotent operation is retried this many times on a
 # fresh connection, pausing 50 ms doubling (about 3 s in all: a database restart).
 RECONNECTS = 6
+RECONNECT_WINDOW = 5.0
+"""...but no new try once this many seconds have passed since the first: a connection
+that died silently took up to ``_sockets.DETECTION`` seconds to say so, and more tries
+into a dead network would only stretch the call (each may wait ``connect_timeout`` for a
+connection)."""
 
 
 def retry_pause(attempt: int) -> float:
@@ -65,6 +70,7 @@ class SyncRunner(ABC):
         idempotent: bool = False,
     ) -> T:
         attempt = reconnects = 0
+        began = time.monotonic()
         while True:
             attempt += 1
             try:
@@ -78,7 +84,8 @@ class SyncRunner(ABC):
                 # Only an operation that is safe to repeat (a read, a claim, a fenced ack or
                 # renewal) is retried when the connection dropped mid-call: a plain enqueue
                 # might have committed, and repeating it would duplicate the job.
-                if idempotent and reconnects < RECONNECTS and self.disconnected(exc):
+                if (idempotent and reconnects < RECONNECTS and self.disconnected(exc)
+                        and time.monotonic() - began < RECONNECT_WINDOW):
                     reconnects += 1
                     self.recover()
                     time.sleep(0.05 * 2 ** (reconnects - 1))
@@ -214,6 +221,7 @@ class AsyncRunner(ABC):
                 raise self.translate(exc) from exc
         else:
             attempt = reconnects = 0
+            began = time.monotonic()
             while True:
                 attempt += 1
                 try:
@@ -225,7 +233,8 @@ class AsyncRunner(ABC):
                     if attempt < RETRIES and self.retryable(exc):
                         await asyncio.sleep(retry_pause(attempt))
                         continue
-                    if idempotent and reconnects < RECONNECTS and self.disconnected(exc):
+                    if (idempotent and reconnects < RECONNECTS and self.disconnected(exc)
+                            and time.monotonic() - began < RECONNECT_WINDOW):
                         reconnects += 1  # see SyncRunner.run_retrying
                         await self.recover()
                         await asyncio.sleep(0.05 * 2 ** (reconnects - 1))

@@ -20,6 +20,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from leaseq._core.settings import Settings
+from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
@@ -41,6 +42,12 @@ DUPLICATE_KEY = 1062
 DISCONNECTS = {2003, 2006, 2013, 2055, 0}
 BATCH_BYTES = 4 * 1024 * 1024  # per multi-row INSERT; stays far below max_allowed_packet
 ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+READ_TIMEOUT = 60.0
+"""Seconds a read or a write on a connection may wait (``read_timeout`` and
+``write_timeout`` in the URL override it): it ends a connection whose server has gone
+silent while its kernel still acknowledges (a frozen server or proxy), which TCP's own
+checks never notice. Far above any statement of leaseq's, so it never cuts one short;
+migrations run without it (a big ``ALTER TABLE`` may take longer)."""
 EPOCH = datetime(1970, 1, 1)  # naive, as DATETIME(6) values read back are
 
 
@@ -228,6 +235,8 @@ def connect_args(url: str, settings: Settings) -> dict[str, Any]:
         raise ConfigurationError(f"{url!r} names no database: use mysql://user@host/dbname")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return {
+        "read_timeout": _seconds(options, "read_timeout"),
+        "write_timeout": _seconds(options, "write_timeout"),
         "host": parts.hostname or "127.0.0.1",
         "port": parts.port or 3306,
         "user": unquote(parts.username or "root"),
@@ -239,7 +248,35 @@ def connect_args(url: str, settings: Settings) -> dict[str, Any]:
         "client_flag": CLIENT.FOUND_ROWS,
         "connect_timeout": settings.connect_timeout,
         "init_command": ISOLATION,
+        # Not PyMySQL's: the socket options of _sockets (TCP keepalives and
+        # tcp_user_timeout), URL overrides included; taken out before connecting.
+        "tcp": _sockets.options(options),
     }
+
+
+def _seconds(options: dict[str, str], name: str) -> float:
+    value = options.get(name)
+    if value is None:
+        return READ_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise ConfigurationError(f"{name} must be a positive number of seconds in a MySQL "
+                                 f"URL, got {value!r}")
+    return seconds
+
+
+def open_sync(args: dict[str, Any], migrating: bool = False) -> Any:
+    """A PyMySQL connection with ``args`` (``connect_args``), its socket set up to notice
+    a dead network (``_sockets``). ``migrating``: without read and write timeouts."""
+    kwargs = {k: v for k, v in args.items() if k != "tcp"}
+    if migrating:
+        kwargs["read_timeout"] = kwargs["write_timeout"] = None
+    conn = pymysql.connect(**kwargs)
+    _sockets.apply(conn._sock, args["tcp"])
+    return conn
 
 
 def bind(sql: str, params: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
@@ -296,9 +333,9 @@ class MysqlRunner(PooledSyncRunner[Any]):
                               settings.connect_timeout))
         self.pool.put(self.pool.get())  # connect now: a bad URL fails here, with its reason
 
-    def connect(self) -> Any:
+    def connect(self, migrating: bool = False) -> Any:
         try:
-            return pymysql.connect(**self.args)
+            return open_sync(self.args, migrating)
         except Exception as exc:
             raise translate(exc, self.where) from exc
 
@@ -362,7 +399,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
 
     def migrate(self) -> None:
         q, key = self.d.q, {"key": f"leaseq:migrate:{self.d.prefix}"}
-        conn = self.connect()
+        conn = self.connect(migrating=True)
         try:
             conn.autocommit(True)  # MySQL DDL commits implicitly; the named lock serialises
             with conn.cursor() as cur:
@@ -397,10 +434,22 @@ class AsyncMysqlRunner(AsyncRunner):
 
         args = dict(self.args)
         args["db"] = args.pop("database")
+        # aiomysql has no read or write timeouts: run_once bounds each operation itself.
+        for name in ("read_timeout", "write_timeout", "tcp"):
+            del args[name]
         try:
             return await aiomysql.create_pool(minsize=1, maxsize=self.settings.pool_size, **args)
         except Exception as exc:
             raise translate(exc, self.where) from exc
+
+    def _tcp(self, conn: Any) -> None:
+        """Sets up a pooled connection's socket once (``_sockets``), on first use."""
+        if getattr(conn, "_leaseq_tcp", False):
+            return
+        writer = getattr(conn, "_writer", None)
+        if writer is not None:
+            _sockets.apply(writer.transport.get_extra_info("socket"), self.args["tcp"])
+        conn._leaseq_tcp = True
 
     async def execute(self, conn: Any, stmt: Stmt) -> Result:
         sql = self.d.q[stmt.name]
@@ -424,19 +473,33 @@ class AsyncMysqlRunner(AsyncRunner):
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
         conn = await pool.acquire()
+        self._tcp(conn)
         broken = False
         try:
             # No BEGIN: autocommit is off, the first statement opens the transaction
-            # (see MysqlRunner.begin).
-            result = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
-            await conn.commit()
+            # (see MysqlRunner.begin). The whole operation gets read_timeout, as a
+            # PyMySQL read would: a silent server must not hold the caller for ever.
+            async def transaction() -> T:
+                done = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
+                await conn.commit()
+                return done
+
+            try:
+                result = await asyncio.wait_for(transaction(), self.args["read_timeout"])
+            except asyncio.TimeoutError:
+                raise pymysql.err.OperationalError(
+                    2013, f"Lost connection to MySQL server: no reply in "
+                          f"{self.args['read_timeout']:g} s (read_timeout)") from None
             return result
         except BaseException as exc:
-            try:
-                await conn.rollback()
-            except Exception:
-                broken = True
-            broken = broken or disconnected(exc)
+            # A dead connection is closed, not rolled back: a ROLLBACK sent on it would
+            # wait as long as the statement did.
+            broken = disconnected(exc) or isinstance(exc, asyncio.CancelledError)
+            if not broken:
+                try:
+                    await conn.rollback()
+                except Exception:
+                    broken = True
             raise
         finally:
             if broken:

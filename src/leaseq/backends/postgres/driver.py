@@ -21,7 +21,7 @@ from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
-from leaseq.backends.postgres.url import PostgresUrl, parse
+from leaseq.backends.postgres.url import PostgresUrl, parse, with_tcp_defaults
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -294,19 +294,19 @@ def connection_options(target: PostgresUrl) -> dict[str, Any]:
 
 class PostgresRunner(SyncRunner):
     def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
-        self.target, self.d, self.url = url, dialect, url.dsn
+        self.target, self.d, self.url = url, dialect, with_tcp_defaults(url.dsn)
         self.where = _where(url.dsn)
         options = connection_options(url)
         try:
             # Connect once up front: a wrong URL fails here with its real reason, not as a
             # pool timeout later.
-            psycopg.connect(url.dsn, connect_timeout=max(1, int(settings.connect_timeout)),
+            psycopg.connect(self.url, connect_timeout=max(1, int(settings.connect_timeout)),
                             **options).close()
         except Exception as exc:
             raise translate(exc, self.where) from exc
         # Autocommit: a one-statement plan needs no BEGIN/COMMIT round trips; others run
         # in an explicit transaction.
-        self.pool = ConnectionPool(url.dsn, min_size=1, max_size=settings.pool_size,
+        self.pool = ConnectionPool(self.url, min_size=1, max_size=settings.pool_size,
                                    timeout=settings.connect_timeout, open=True,
                                    kwargs={"autocommit": True, **options}, name="leaseq")
         self._in_caller = execute_unprepared if url.pgbouncer else execute
@@ -361,7 +361,8 @@ class PostgresRunner(SyncRunner):
 
 class AsyncPostgresRunner(AsyncRunner):
     def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
-        self.target, self.d, self.settings, self.url = url, dialect, settings, url.dsn
+        self.target, self.d, self.settings, self.url = (url, dialect, settings,
+                                                         with_tcp_defaults(url.dsn))
         self.where = _where(url.dsn)
         self._options = connection_options(url)
         self._in_caller = aexecute_unprepared if url.pgbouncer else aexecute

@@ -36,6 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from leaseq._core.settings import Settings
+from leaseq.backends import _sockets
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
@@ -50,6 +51,16 @@ from leaseq.errors import (
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
 RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
+RECONNECT_WINDOW = 5.0
+"""No new try once this many seconds have passed since the first: the reconnects are for
+a restart or a failover, and a connection that died silently took up to
+``_sockets.DETECTION`` seconds to say so; more tries would only stretch the call."""
+SOCKET_TIMEOUT = 15.0
+"""Seconds a command may wait for its reply (``socket_timeout`` in the URL overrides it):
+it ends a connection whose server went silent while its kernel still acknowledges (a
+frozen server or proxy), which TCP's checks never notice. leaseq sends no blocking
+commands and Redis refuses others' commands after ``busy-reply-threshold`` (5 s) of a
+long script, so no reply legitimately takes this long."""
 # What redis-py raises: RedisCluster's own errors (no node reachable, a slot without a
 # node) are not RedisErrors.
 FAILURES = (exceptions.RedisError, exceptions.RedisClusterException)
@@ -126,7 +137,8 @@ async def adrive(plan: Plan[T], execute: Callable[[Call], Awaitable[Any]]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-def pool_options(settings: Settings) -> dict[str, Any]:
+def pool_options(settings: Settings, tcp: dict[str, str] | None = None) -> dict[str, Any]:
+    """redis-py client options; ``tcp``: the URL's ``_sockets.NAMES`` overrides."""
     return {
         "max_connections": settings.pool_size,
         "timeout": settings.connect_timeout,  # wait for a free pooled connection
@@ -136,6 +148,10 @@ def pool_options(settings: Settings) -> dict[str, Any]:
         # round-trip as they do on the memory backend instead of failing to encode.
         "encoding_errors": "surrogatepass",
         "retry": Retry(NoBackoff(), 0),
+        # Dead-connection detection (_sockets, design §37); options in the URL win.
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_keepalive": True,
+        "socket_keepalive_options": _sockets.options(tcp),
     }
 
 
@@ -146,27 +162,29 @@ class SyncRunner:
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings,
-                 seeds: list[str] | None = None) -> None:
+                 seeds: list[str] | None = None, tcp: dict[str, str] | None = None) -> None:
         self.where = where
         self.pool: redis.BlockingConnectionPool | None = None
         if seeds is not None:
             self.client = redis.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.cluster.ClusterNode),
-                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings),
+                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings, tcp),
             )
             return
-        self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings))
+        self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings, tcp))
         self.client = redis.Redis(connection_pool=self.pool)
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> T:
         reconnects = 0
+        began = time.monotonic()
         while True:
             try:
                 return drive(factory(), self.execute)
             except LeaseqError:
                 raise
             except FAILURES as exc:
-                if idempotent and reconnects < RECONNECTS and disconnected(exc):
+                if (idempotent and reconnects < RECONNECTS and disconnected(exc)
+                        and time.monotonic() - began < RECONNECT_WINDOW):
                     reconnects += 1
                     time.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
@@ -217,7 +235,7 @@ class AsyncRunner:
     client: Any
 
     def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
-                 seeds: list[str] | None = None) -> None:
+                 seeds: list[str] | None = None, tcp: dict[str, str] | None = None) -> None:
         self.where = where
         self.ops = ops
         self.checked = False
@@ -225,7 +243,7 @@ class AsyncRunner:
         self.slots: asyncio.Semaphore | None = None
         self.wait = settings.connect_timeout
         if seeds is not None:
-            options = pool_options(settings)
+            options = pool_options(settings, tcp)
             del options["timeout"]
             self.client = redis.asyncio.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.asyncio.cluster.ClusterNode),
@@ -236,7 +254,7 @@ class AsyncRunner:
             self.slots = asyncio.Semaphore(settings.pool_size)
             return
         self.pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url, **pool_options(settings)
+            url, **pool_options(settings, tcp)
         )
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
 
@@ -245,6 +263,7 @@ class AsyncRunner:
 
     async def _run(self, factory: PlanFactory[T], idempotent: bool) -> T:
         reconnects = 0
+        began = time.monotonic()
         while True:
             try:
                 if not self.checked:
@@ -254,7 +273,8 @@ class AsyncRunner:
             except LeaseqError:
                 raise
             except FAILURES as exc:
-                if idempotent and reconnects < RECONNECTS and disconnected(exc):
+                if (idempotent and reconnects < RECONNECTS and disconnected(exc)
+                        and time.monotonic() - began < RECONNECT_WINDOW):
                     reconnects += 1
                     await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
@@ -363,13 +383,15 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     Cluster that has nodes there (``rediss+cluster://`` for TLS). The sync client checks the server
     at once, so a wrong URL fails here with its real reason; the async one on its first
     call."""
+    # keepalives_idle= and the other _sockets.NAMES are leaseq's: redis-py refuses them.
+    url, tcp = _sockets.split(url)
     where = url.split("@")[-1]
     seeds = cluster_urls(url)
     ops = RedisOps(settings.table_prefix, where, seeds is not None)
     try:
         if use_async:
-            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds))
-        runner = SyncRunner(url, where, settings, seeds)
+            return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds, tcp))
+        runner = SyncRunner(url, where, settings, seeds, tcp)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
     except FAILURES as exc:  # RedisCluster reads the topology at once
