@@ -196,6 +196,7 @@ class Worker:
         self._hook_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
+        self._beats_poke = threading.Event()  # wakes the heartbeat thread
         self._stop_by: float | None = None  # monotonic: exit by then once stopping
         self._fetch_task: asyncio.Task[Any] | None = None
         self._fetching = False  # the fetch loop awaits the database (a claim, next_due)
@@ -282,6 +283,7 @@ class Worker:
             await self._bounded(asyncio.gather(*helpers, return_exceptions=True), "helpers")
             await self._bounded(self._completer.close(), "pending acks")
             self._beats_stop.set()
+            self._beats_poke.set()
             await self._finish_hooks()
             beats.join(max(0.0, min(5.0, self._stop_by - time.monotonic())))
             await self._bounded(aq.close(), "closing connections")
@@ -437,6 +439,7 @@ class Worker:
             for job in jobs:
                 self._start(aq, job, started)
             if jobs:
+                self._beats_poke.set()
                 idle = 0.0
                 again = False
                 # Let the handlers begin before the next claim's own Python runs.
@@ -742,22 +745,24 @@ class Worker:
 
     def _heartbeats(self) -> None:
         """Renew held leases from a thread of its own, with a client of its own, opened
-        when the first lease needs renewing (not at start, where it would compete with
-        the first claim for the CPU)."""
+        when the first job is held (not at start, where it would compete with the first
+        claim for the CPU; nor when its first renewal is due, which the connect would
+        delay: the event loop self-fences a job whose renewal is late, design §37)."""
         q: Queue | None = None
         try:
             while not self._beats_stop.is_set():
+                self._beats_poke.clear()
                 now = time.monotonic()
                 held = [(c, r) for c, r in list(self.inflight.values())
                         if not (c.lease_lost or r.done())]
                 due = [(c, r) for c, r in held if now >= c.next_beat]
-                if due and q is None:
+                if held and q is None:
                     try:
                         q = Queue(self.app.url, self.app.settings)
                     except LeaseqError as exc:
                         # As a failed renewal: the next pass tries again, and the deadline
                         # check below self-fences if it keeps failing.
-                        log.warning("heartbeat of %d jobs failed (%s)", len(due), exc)
+                        log.warning("heartbeat of %d jobs failed (%s)", len(held), exc)
                         for ctx, _ in due:
                             ctx.next_beat = now + min(1.0, ctx.lease / 10)
                 if due and q is not None:
@@ -769,7 +774,8 @@ class Worker:
                             and not runner.done()):
                         self._lose(ctx, runner, "no lease renewal in time")
                 soonest = min((c.next_beat for c, _ in held), default=now + 0.5)
-                self._beats_stop.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
+                # Poked awake by new jobs (their first renewal may come sooner) and stop.
+                self._beats_poke.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
         finally:
             if q is not None:
                 q.close()

@@ -248,10 +248,13 @@ def connect_args(url: str, settings: Settings) -> dict[str, Any]:
         "client_flag": CLIENT.FOUND_ROWS,
         "connect_timeout": settings.connect_timeout,
         "init_command": ISOLATION,
-        # Not PyMySQL's: the socket options of _sockets (TCP keepalives and
-        # tcp_user_timeout), URL overrides included; taken out before connecting.
-        "tcp": _sockets.options(options),
     }
+
+
+def tcp_options(url: str) -> dict[int, int]:
+    """The socket options (``_sockets``: keepalives, ``tcp_user_timeout``) of every
+    connection to ``url``, with the URL's overrides (``keepalives_idle=`` and so on)."""
+    return _sockets.options({k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()})
 
 
 def _seconds(options: dict[str, str], name: str) -> float:
@@ -268,14 +271,14 @@ def _seconds(options: dict[str, str], name: str) -> float:
     return seconds
 
 
-def open_sync(args: dict[str, Any], migrating: bool = False) -> Any:
+def open_sync(args: dict[str, Any], tcp: dict[int, int], migrating: bool = False) -> Any:
     """A PyMySQL connection with ``args`` (``connect_args``), its socket set up to notice
-    a dead network (``_sockets``). ``migrating``: without read and write timeouts."""
-    kwargs = {k: v for k, v in args.items() if k != "tcp"}
+    a dead network (``tcp``, from ``tcp_options``). ``migrating``: without read and write
+    timeouts."""
     if migrating:
-        kwargs["read_timeout"] = kwargs["write_timeout"] = None
-    conn = pymysql.connect(**kwargs)
-    _sockets.apply(conn._sock, args["tcp"])
+        args = {**args, "read_timeout": None, "write_timeout": None}
+    conn = pymysql.connect(**args)
+    _sockets.apply(conn._sock, tcp)
     return conn
 
 
@@ -329,13 +332,14 @@ class MysqlRunner(PooledSyncRunner[Any]):
         self.d = dialect
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
+        self.tcp = tcp_options(url)
         super().__init__(Pool(self.connect, lambda c: c.close(), settings.pool_size,
                               settings.connect_timeout))
         self.pool.put(self.pool.get())  # connect now: a bad URL fails here, with its reason
 
     def connect(self, migrating: bool = False) -> Any:
         try:
-            return open_sync(self.args, migrating)
+            return open_sync(self.args, self.tcp, migrating)
         except Exception as exc:
             raise translate(exc, self.where) from exc
 
@@ -428,6 +432,7 @@ class AsyncMysqlRunner(AsyncRunner):
         self.url, self.d, self.settings = url, dialect, settings
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
+        self.tcp = tcp_options(url)
 
     async def open_pool(self) -> Any:
         import aiomysql
@@ -435,7 +440,7 @@ class AsyncMysqlRunner(AsyncRunner):
         args = dict(self.args)
         args["db"] = args.pop("database")
         # aiomysql has no read or write timeouts: run_once bounds each operation itself.
-        for name in ("read_timeout", "write_timeout", "tcp"):
+        for name in ("read_timeout", "write_timeout"):
             del args[name]
         try:
             return await aiomysql.create_pool(minsize=1, maxsize=self.settings.pool_size, **args)
@@ -448,7 +453,7 @@ class AsyncMysqlRunner(AsyncRunner):
             return
         writer = getattr(conn, "_writer", None)
         if writer is not None:
-            _sockets.apply(writer.transport.get_extra_info("socket"), self.args["tcp"])
+            _sockets.apply(writer.transport.get_extra_info("socket"), self.tcp)
         conn._leaseq_tcp = True
 
     async def execute(self, conn: Any, stmt: Stmt) -> Result:
