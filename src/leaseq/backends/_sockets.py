@@ -27,6 +27,14 @@ KEEPALIVE_IDLE = 5
 KEEPALIVE_INTERVAL = 2
 KEEPALIVE_COUNT = 3
 TCP_USER_TIMEOUT_MS = 10_000
+IDLE_IN_TRANSACTION = 10
+"""Seconds the server lets one of leaseq's sessions sit idle inside a transaction before
+it ends the session (PostgreSQL ``idle_in_transaction_session_timeout``, MariaDB
+``idle_transaction_timeout``). A client cut off between two statements of a transaction
+(a renewal's locking read and its write, say) leaves the server waiting for the next
+statement, holding the rows' locks, for hours (``wait_timeout``, the server's own
+keepalives): no other worker can take those jobs over until the session ends. leaseq's
+statements follow each other within milliseconds, so this never ends a live session."""
 CONNECT_TIMEOUT = 10
 """Seconds a PostgreSQL connect may take (libpq's ``connect_timeout``; the other
 backends take ``Settings.connect_timeout``)."""

@@ -28,11 +28,13 @@ RETRIES = 12
 # After a dropped connection, an idempotent operation is retried this many times on a
 # fresh connection, pausing 50 ms doubling (about 3 s in all: a database restart).
 RECONNECTS = 6
-RECONNECT_WINDOW = 5.0
-"""...but no new try once this many seconds have passed since the first: a connection
-that died silently took up to ``_sockets.DETECTION`` seconds to say so, and more tries
-into a dead network would only stretch the call (each may wait ``connect_timeout`` for a
-connection)."""
+RECONNECT_WINDOW = 3.5
+"""...but no new try once this many seconds have passed since the first (the pauses
+above add up to 3.15 s): a connection that died silently took up to
+``_sockets.DETECTION`` seconds to say so, and more tries into a dead network would only
+stretch the call, each waiting up to ``connect_timeout`` for a connection. So a call on a
+dead network fails within about ``RECONNECT_WINDOW`` + ``max(DETECTION, connect_timeout)``
+seconds (design §37)."""
 
 
 def retry_pause(attempt: int) -> float:

@@ -257,6 +257,23 @@ def tcp_options(url: str) -> dict[int, int]:
     return _sockets.options({k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()})
 
 
+def idle_setup(url: str) -> str | None:
+    """The statement that bounds how long the server keeps a session idle inside a
+    transaction (``_sockets.IDLE_IN_TRANSACTION``; the URL's ``idle_transaction_timeout``
+    overrides it, 0 turns it off), run once per new connection to MariaDB. MySQL has no
+    such setting: None there (``setup`` asks the server which it is)."""
+    given = parse_qs(urlsplit(url).query).get("idle_transaction_timeout", [None])[-1]
+    seconds = _sockets.IDLE_IN_TRANSACTION if given is None else given
+    if not str(seconds).isdigit():
+        raise ConfigurationError(f"idle_transaction_timeout must be a whole number of "
+                                 f"seconds in a MySQL URL, got {given!r}")
+    return f"SET SESSION idle_transaction_timeout = {int(seconds)}" if int(seconds) else None
+
+
+def mariadb(conn: Any) -> bool:
+    return "mariadb" in str(conn.get_server_info()).lower()
+
+
 def _seconds(options: dict[str, str], name: str) -> float:
     value = options.get(name)
     if value is None:
@@ -271,14 +288,19 @@ def _seconds(options: dict[str, str], name: str) -> float:
     return seconds
 
 
-def open_sync(args: dict[str, Any], tcp: dict[int, int], migrating: bool = False) -> Any:
+def open_sync(args: dict[str, Any], tcp: dict[int, int], idle: str | None,
+              migrating: bool = False) -> Any:
     """A PyMySQL connection with ``args`` (``connect_args``), its socket set up to notice
-    a dead network (``tcp``, from ``tcp_options``). ``migrating``: without read and write
-    timeouts."""
+    a dead network (``tcp``, from ``tcp_options``) and, on MariaDB, ``idle`` run
+    (``idle_setup``). ``migrating``: without read and write timeouts."""
     if migrating:
         args = {**args, "read_timeout": None, "write_timeout": None}
     conn = pymysql.connect(**args)
     _sockets.apply(conn._sock, tcp)
+    if idle is not None and not migrating and mariadb(conn):
+        with conn.cursor() as cur:
+            cur.execute(idle)
+        conn.commit()
     return conn
 
 
@@ -333,13 +355,14 @@ class MysqlRunner(PooledSyncRunner[Any]):
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
         self.tcp = tcp_options(url)
+        self.idle = idle_setup(url)
         super().__init__(Pool(self.connect, lambda c: c.close(), settings.pool_size,
                               settings.connect_timeout))
         self.pool.put(self.pool.get())  # connect now: a bad URL fails here, with its reason
 
     def connect(self, migrating: bool = False) -> Any:
         try:
-            return open_sync(self.args, self.tcp, migrating)
+            return open_sync(self.args, self.tcp, self.idle, migrating)
         except Exception as exc:
             raise translate(exc, self.where) from exc
 
@@ -433,6 +456,7 @@ class AsyncMysqlRunner(AsyncRunner):
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
         self.tcp = tcp_options(url)
+        self.idle = idle_setup(url)
 
     async def open_pool(self) -> Any:
         import aiomysql
@@ -447,14 +471,18 @@ class AsyncMysqlRunner(AsyncRunner):
         except Exception as exc:
             raise translate(exc, self.where) from exc
 
-    def _tcp(self, conn: Any) -> None:
-        """Sets up a pooled connection's socket once (``_sockets``), on first use."""
-        if getattr(conn, "_leaseq_tcp", False):
+    async def _setup(self, conn: Any) -> None:
+        """Sets up a pooled connection once, on first use, as ``open_sync`` does."""
+        if getattr(conn, "_leaseq_setup", False):
             return
         writer = getattr(conn, "_writer", None)
         if writer is not None:
             _sockets.apply(writer.transport.get_extra_info("socket"), self.tcp)
-        conn._leaseq_tcp = True
+        if self.idle is not None and mariadb(conn):
+            async with conn.cursor() as cur:
+                await cur.execute(self.idle)
+            await conn.commit()
+        conn._leaseq_setup = True
 
     async def execute(self, conn: Any, stmt: Stmt) -> Result:
         sql = self.d.q[stmt.name]
@@ -478,9 +506,9 @@ class AsyncMysqlRunner(AsyncRunner):
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
         conn = await pool.acquire()
-        self._tcp(conn)
         broken = False
         try:
+            await self._setup(conn)
             # No BEGIN: autocommit is off, the first statement opens the transaction
             # (see MysqlRunner.begin). The whole operation gets read_timeout, as a
             # PyMySQL read would: a silent server must not hold the caller for ever.

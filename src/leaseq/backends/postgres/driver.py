@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from leaseq._core.job import Job
 from leaseq._core.settings import Settings
+from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
@@ -284,6 +285,18 @@ def _where(url: str) -> str:
     return url.split("@")[-1]
 
 
+def idle_setup(target: PostgresUrl) -> psycopg.sql.Composed | None:
+    """The statement each new pooled connection runs once: the server ends the session
+    when it sits idle inside a transaction for ``_sockets.IDLE_IN_TRANSACTION`` seconds,
+    releasing its locks (design §37). None behind a transaction pooler (a SET would stay
+    on a server connection other clients share) or when the URL sets it itself
+    (``options=-c idle_in_transaction_session_timeout=...``)."""
+    if target.pgbouncer or "idle_in_transaction_session_timeout" in target.dsn:
+        return None
+    return psycopg.sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
+        psycopg.sql.Literal(f"{_sockets.IDLE_IN_TRANSACTION}s"))
+
+
 def connection_options(target: PostgresUrl) -> dict[str, Any]:
     """psycopg options of every connection leaseq opens: behind a transaction pooler
     (``pgbouncer=true``) no statement is ever prepared on the server, since the next
@@ -306,9 +319,12 @@ class PostgresRunner(SyncRunner):
             raise translate(exc, self.where) from exc
         # Autocommit: a one-statement plan needs no BEGIN/COMMIT round trips; others run
         # in an explicit transaction.
+        setup = idle_setup(url)
         self.pool = ConnectionPool(self.url, min_size=1, max_size=settings.pool_size,
                                    timeout=settings.connect_timeout, open=True,
-                                   kwargs={"autocommit": True, **options}, name="leaseq")
+                                   kwargs={"autocommit": True, **options}, name="leaseq",
+                                   configure=None if setup is None else
+                                   lambda conn: conn.execute(setup).close())
         self._in_caller = execute_unprepared if url.pgbouncer else execute
 
     def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
@@ -368,10 +384,17 @@ class AsyncPostgresRunner(AsyncRunner):
         self._in_caller = aexecute_unprepared if url.pgbouncer else aexecute
 
     async def open_pool(self) -> AsyncConnectionPool:
+        setup = idle_setup(self.target)
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            if setup is not None:
+                await (await conn.execute(setup)).close()
+
         pool = AsyncConnectionPool(
             self.url, min_size=1, max_size=self.settings.pool_size,
             timeout=self.settings.connect_timeout, open=False,
             kwargs={"autocommit": True, **self._options}, name="leaseq-async",
+            configure=configure,
         )
         # The pool connects in the background and retries until its timeout, so a wrong
         # URL would surface late as a bare PoolTimeout; one connection of our own, made

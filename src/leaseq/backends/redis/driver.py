@@ -51,10 +51,11 @@ from leaseq.errors import (
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
 RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
-RECONNECT_WINDOW = 5.0
-"""No new try once this many seconds have passed since the first: the reconnects are for
-a restart or a failover, and a connection that died silently took up to
-``_sockets.DETECTION`` seconds to say so; more tries would only stretch the call."""
+RECONNECT_WINDOW = 3.5
+"""No new try once this many seconds have passed since the first (the pauses add up to
+3.15 s): the reconnects are for a restart or a failover, and a connection that died
+silently took up to ``_sockets.DETECTION`` seconds to say so; more tries would only
+stretch the call (as ``leaseq.backends._sql.runner.RECONNECT_WINDOW``)."""
 SOCKET_TIMEOUT = 15.0
 """Seconds a command may wait for its reply (``socket_timeout`` in the URL overrides it):
 it ends a connection whose server went silent while its kernel still acknowledges (a
