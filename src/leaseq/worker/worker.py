@@ -201,6 +201,7 @@ class Worker:
         self._fetch_task: asyncio.Task[Any] | None = None
         self._fetching = False  # the fetch loop awaits the database (a claim, next_due)
         self._cut = False  # ...and the stop cut that wait short
+        self._owns_process = False  # run(): the stop may end the process (watchdog)
         self._limits: Callable[[str], bool] = lambda queue: False
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
@@ -208,7 +209,10 @@ class Worker:
     # -- entry points --------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
+        """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code.
+        The process exits by ``grace`` + ``SHUTDOWN_SLACK`` seconds after the stop, even
+        if a connection still hangs."""
+        self._owns_process = True
         code = _event_loop_runner()(self.run_async(install_signals=True))
         if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("leaseq-job")):
             # A sync handler ignored shutdown and still runs (its job was given back), or
@@ -303,11 +307,6 @@ class Worker:
             os._exit(1)
         log.info("stop signal: finishing running jobs (grace %.0f s)", self.grace)
         self._request_stop()
-        # The last resort: whatever still waits on a dead connection (a driver's cleanup,
-        # a thread in a blocking call) cannot keep the process past grace + slack.
-        watchdog = threading.Timer(self.grace + SHUTDOWN_SLACK, self._overdue)
-        watchdog.daemon = True
-        watchdog.start()
 
     def _overdue(self) -> None:
         log.warning("shutdown took longer than grace + %.0f s (a connection that does not "
@@ -319,6 +318,14 @@ class Worker:
     def _request_stop(self) -> None:
         if self._stop_by is None:
             self._stop_by = time.monotonic() + self.grace + SHUTDOWN_SLACK
+            if self._owns_process:
+                # The last resort: whatever still waits on a dead connection (a driver's
+                # cleanup, a thread in a blocking call) cannot keep the process past
+                # grace + slack. Only when run() owns the process: an embedding program
+                # is not ended from under it.
+                watchdog = threading.Timer(self.grace + SHUTDOWN_SLACK, self._overdue)
+                watchdog.daemon = True
+                watchdog.start()
             if self._loop is not None and self.grace >= 0:
                 # A claim in flight when the stop came gets the grace to return (its jobs
                 # then run or are given back); past that it is abandoned, and any jobs

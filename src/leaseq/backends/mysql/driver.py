@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -340,6 +340,26 @@ def _expand(key: str, value: tuple[Any, ...], flat: dict[str, Any]) -> str:
     return "(" + ",".join(parts) + ")"
 
 
+_timeout: Any = getattr(asyncio, "timeout", None)  # Python 3.11+
+
+
+async def bounded(step: Awaitable[T], seconds: float | None) -> T:
+    """``step``, given up after ``seconds`` (aiomysql's reads have no timeout of their
+    own) as PyMySQL's ``read_timeout`` gives up: with a disconnect error (2013), so the
+    connection is discarded, never rolled back or reused."""
+    try:
+        if seconds is None:
+            return await step
+        if _timeout is not None:  # no extra task per statement
+            async with _timeout(seconds):
+                return await step
+        return await asyncio.wait_for(step, seconds)
+    except asyncio.TimeoutError:
+        raise pymysql.err.OperationalError(
+            2013, f"Lost connection to MySQL server: no reply in {seconds:g} s "
+                  "(read_timeout)") from None
+
+
 def check_caller(conn: Any) -> None:
     module = type(conn).__module__
     if not (module.startswith(("pymysql", "MySQLdb", "aiomysql")) and hasattr(conn, "cursor")):
@@ -486,20 +506,23 @@ class AsyncMysqlRunner(AsyncRunner):
 
     async def execute(self, conn: Any, stmt: Stmt) -> Result:
         sql = self.d.q[stmt.name]
+        limit = self.args["read_timeout"]
         async with conn.cursor() as cur:
             if stmt.many:
                 ids: list[tuple[int]] = []
                 for chunk, _count, tag in multirow(conn.escape, sql, stmt.params):  # type: ignore[arg-type]
-                    await cur.execute(chunk)
-                    await cur.execute(self.d.q["batch_ids"], {"first": cur.lastrowid, "tag": tag})
+                    await bounded(cur.execute(chunk), limit)
+                    await bounded(cur.execute(self.d.q["batch_ids"],
+                                              {"first": cur.lastrowid, "tag": tag}), limit)
                     ids += await cur.fetchall()
                 return Result(ids, len(ids))
             try:
-                await cur.execute(*bind(sql, stmt.params))  # type: ignore[arg-type]
+                await bounded(cur.execute(*bind(sql, stmt.params)), limit)  # type: ignore[arg-type]
             except Exception as exc:
                 if stmt.duplicate_ok and code(exc) == DUPLICATE_KEY:
                     return Result([], 0, duplicate=True)
                 raise
+            # Rows are read with the statement (aiomysql's default cursor buffers them).
             rows = list(await cur.fetchall()) if cur.description else []
             return Result(rows, cur.rowcount, cur.lastrowid)
 
@@ -510,19 +533,9 @@ class AsyncMysqlRunner(AsyncRunner):
         try:
             await self._setup(conn)
             # No BEGIN: autocommit is off, the first statement opens the transaction
-            # (see MysqlRunner.begin). The whole operation gets read_timeout, as a
-            # PyMySQL read would: a silent server must not hold the caller for ever.
-            async def transaction() -> T:
-                done = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
-                await conn.commit()
-                return done
-
-            try:
-                result = await asyncio.wait_for(transaction(), self.args["read_timeout"])
-            except asyncio.TimeoutError:
-                raise pymysql.err.OperationalError(
-                    2013, f"Lost connection to MySQL server: no reply in "
-                          f"{self.args['read_timeout']:g} s (read_timeout)") from None
+            # (see MysqlRunner.begin).
+            result = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
+            await bounded(conn.commit(), self.args["read_timeout"])
             return result
         except BaseException as exc:
             # A dead connection is closed, not rolled back: a ROLLBACK sent on it would
