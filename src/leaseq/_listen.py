@@ -43,7 +43,7 @@ REDIS_CLIENT_NAME = "leaseq-listen"
 (``?client_name=...``, as the chaos harness does for all of a worker's connections)."""
 REDIS_CONNECT_TIMEOUT = 5.0  # a connect to an unreachable host fails, and is tried again
 REDIS_TICK = 1.0  # how often an idle listener looks at stopping() and its keepalive
-REDIS_QUIET = 10.0  # this long without a message, the listener PINGs the server...
+REDIS_QUIET = 30.0  # this long without a message, the listener PINGs the server...
 REDIS_PING_TIMEOUT = 10.0  # ...and reconnects when the reply does not come this soon
 
 
@@ -292,17 +292,29 @@ async def _relay(
 
     A server that vanishes without closing the connection (a failover, a cut network)
     would leave us waiting for ever while the worker polls; so after ``REDIS_QUIET``
-    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``. The PING
-    is also how a connection the kernel already gave up on (keepalives) is noticed:
-    redis-py's ``get_message`` keeps returning None on it instead of raising (design §37),
-    so a dead network ends the subscription within ``REDIS_QUIET`` + ``REDIS_PING_TIMEOUT``
-    seconds (20), usually within ``REDIS_QUIET`` and a bit."""
+    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``.
+
+    A connection the kernel gave up on (keepalives, ``tcp_user_timeout``: a dead
+    network) fails every read at once with ETIMEDOUT, which redis-py takes for the end of
+    ``get_message``'s own timeout: None, at once, for ever. Looping on that would starve
+    the event loop (and the worker's self-fencing on it, design §37); a few instant Nones
+    in a row end the subscription instead, to be opened again."""
     loop = asyncio.get_running_loop()
     heard = loop.time()
     pinged: float | None = None
+    instant = 0  # Nones in a row that came back without waiting
     while not stopping():
+        asked = loop.time()
         message = await pubsub.get_message(timeout=REDIS_TICK)
         now = loop.time()
+        if message is None and now - asked < REDIS_TICK / 10:
+            instant += 1
+            if instant >= 3:
+                raise ConnectionError("the subscription's connection is dead (its reads "
+                                      "fail at once)")
+            await asyncio.sleep(REDIS_TICK / 10)  # never a busy loop
+            continue
+        instant = 0
         if message is not None:
             heard, pinged = now, None
             data = message["data"]
