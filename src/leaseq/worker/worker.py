@@ -426,6 +426,8 @@ class Worker:
                                         lease=self.lease, limit=free)
             except LeaseqError as exc:
                 log.warning("fetch failed, retrying: %s", exc)
+                if metrics is not None:
+                    metrics.dequeued(time.perf_counter() - began)
                 # No next_due either: the database did not answer, so ask it again only
                 # after a poll interval (on a dead network each call waits for the
                 # connection to be declared dead).

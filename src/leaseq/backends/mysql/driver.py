@@ -528,7 +528,16 @@ class AsyncMysqlRunner(AsyncRunner):
 
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
-        conn = await pool.acquire()
+        # aiomysql's acquire has no timeout, and makes its connections one at a time under
+        # one lock: on a dead network every caller would queue behind every connect.
+        # Bounded as the other pools are: connect_timeout.
+        wait = self.settings.connect_timeout
+        try:
+            conn = await bounded(pool.acquire(), wait)
+        except pymysql.err.OperationalError:
+            raise pymysql.err.OperationalError(
+                2003, f"Can't connect to MySQL server: no connection within {wait:g} s "
+                      "(connect_timeout)") from None
         broken = False
         try:
             await self._setup(conn)

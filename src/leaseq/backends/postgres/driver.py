@@ -297,6 +297,14 @@ def idle_setup(target: PostgresUrl) -> psycopg.sql.Composed | None:
         psycopg.sql.Literal(f"{_sockets.IDLE_IN_TRANSACTION}s"))
 
 
+def reconnect_timeout(settings: Settings) -> float:
+    """How long the pool keeps retrying a failed connect before it gives up (and the
+    next call that needs a connection starts again at once). psycopg_pool's default,
+    300 s of retries doubling their pauses, left a pause of 16 to 32 s pending after a
+    minute-long outage, so a worker took that long to notice the network had healed."""
+    return max(5.0, settings.connect_timeout)
+
+
 def connection_options(target: PostgresUrl) -> dict[str, Any]:
     """psycopg options of every connection leaseq opens: behind a transaction pooler
     (``pgbouncer=true``) no statement is ever prepared on the server, since the next
@@ -323,6 +331,7 @@ class PostgresRunner(SyncRunner):
         self.pool = ConnectionPool(self.url, min_size=1, max_size=settings.pool_size,
                                    timeout=settings.connect_timeout, open=True,
                                    kwargs={"autocommit": True, **options}, name="leaseq",
+                                   reconnect_timeout=reconnect_timeout(settings),
                                    configure=None if setup is None else
                                    lambda conn: conn.execute(setup).close())
         self._in_caller = execute_unprepared if url.pgbouncer else execute
@@ -394,7 +403,7 @@ class AsyncPostgresRunner(AsyncRunner):
             self.url, min_size=1, max_size=self.settings.pool_size,
             timeout=self.settings.connect_timeout, open=False,
             kwargs={"autocommit": True, **self._options}, name="leaseq-async",
-            configure=configure,
+            configure=configure, reconnect_timeout=reconnect_timeout(self.settings),
         )
         # The pool connects in the background and retries until its timeout, so a wrong
         # URL would surface late as a bare PoolTimeout; one connection of our own, made
