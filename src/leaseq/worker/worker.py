@@ -202,6 +202,7 @@ class Worker:
         self._fetching = False  # the fetch loop awaits the database (a claim, next_due)
         self._cut = False  # ...and the stop cut that wait short
         self._owns_process = False  # run(): the stop may end the process (watchdog)
+        self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
@@ -284,7 +285,10 @@ class Worker:
                 helper.cancel()
             # Each step below waits at most until _stop_by: on a dead network a write or
             # a close can hang for as long as the connection takes to be declared dead.
-            await self._bounded(asyncio.gather(*helpers, return_exceptions=True), "helpers")
+            # Helpers have nothing to finish: a second at most (a driver's cancel of a
+            # query on a dead connection waits for seconds), the rest is for the acks.
+            await self._bounded(asyncio.gather(*helpers, return_exceptions=True), "helpers",
+                                limit=1.0)
             await self._bounded(self._completer.close(), "pending acks")
             self._beats_stop.set()
             self._beats_poke.set()
@@ -295,6 +299,11 @@ class Worker:
             self._hook_pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %d jobs processed, %d failed", self.worker_id,
                  self.processed, self.failed)
+        if self._abandoned and self._owns_process:
+            # Steps given up on still wait on a dead connection, and the event loop's own
+            # teardown would wait for their cancellation: the stop is done, so exit.
+            logging.shutdown()
+            os._exit(0)
         return 0
 
     # -- signals and wake-ups ------------------------------------------------------------
@@ -361,14 +370,20 @@ class Worker:
             self._cut = True
             self._fetch_task.cancel()
 
-    async def _bounded(self, step: Any, what: str) -> None:
-        """Awaits ``step`` until ``_stop_by``; past it, cancels the step without waiting
-        for it (a driver's cancel may itself wait on the dead connection) and goes on."""
+    async def _bounded(self, step: Any, what: str, limit: float | None = None) -> None:
+        """Awaits ``step`` until ``_stop_by`` (or for ``limit`` seconds, if sooner); past
+        it, cancels the step without waiting for it (a driver's cancel may itself wait on
+        the dead connection) and goes on."""
         task = asyncio.ensure_future(step)
         if self._stop_by is None:  # a burst run's end: no grace to give
             self._stop_by = time.monotonic() + SHUTDOWN_SLACK
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, self._stop_by - time.monotonic()))
+        # Half a second before the watchdog, so that the process exits by itself.
+        until = self._stop_by - 0.5
+        if limit is not None:
+            until = min(until, time.monotonic() + limit)
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, until - time.monotonic()))
         if not done:
+            self._abandoned = True
             task.cancel()
             # Its end (a cancel, or whatever it raises meanwhile) is of no interest now.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
