@@ -199,7 +199,8 @@ class Proxy:
         target_port: The server's port.
     """
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int,
+                 listener: socket.socket | None = None) -> None:
         self.target = (target_host, target_port)
         self.lock = threading.Lock()
         self.stats = Stats()
@@ -210,7 +211,9 @@ class Proxy:
         self.holed = threading.Event()
         self.healed = threading.Event()
         self.healed.set()
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        # ``listener``: a listening socket made elsewhere (tests/netns.py makes one in a
+        # network namespace of its own); default: a free loopback port.
+        self.listener = listener or socket.create_server(("127.0.0.1", 0))
         self.listener.settimeout(TICK)
         self.port: int = self.listener.getsockname()[1]
         self.acceptor = threading.Thread(target=self.accept, name="netproxy-accept",

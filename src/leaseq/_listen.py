@@ -126,6 +126,9 @@ async def _listen_pg(
     import psycopg
     from psycopg import sql
 
+    from leaseq.backends.postgres.url import with_tcp_defaults
+
+    url = with_tcp_defaults(url)  # a dead network is noticed (design §37)
     pause = 0.5
     while not stopping():
         try:
@@ -216,11 +219,13 @@ async def _listen_redis(
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
+    from leaseq.backends import _sockets
     from leaseq.backends.redis import sentinel
     from leaseq.backends.redis.driver import cluster_urls
     from leaseq.backends.redis.durability import split_options
 
     url = split_options(url)[0]  # wait_replicas and co. concern writes, not pub/sub
+    url, tcp = _sockets.split(url)  # leaseq's keepalive parameters: not redis-py's
     nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
     target = sentinel.parse(url)
     failures = 0
@@ -233,6 +238,10 @@ async def _listen_redis(
             # Bounds the commands of the connect handshake (AUTH, SETNAME), which a frozen
             # server would otherwise leave waiting; reads of messages set their own.
             "socket_timeout": REDIS_PING_TIMEOUT,
+            # A subscriber is idle most of the time: keepalives find a dead network in
+            # _sockets.DETECTION seconds, long before the quiet PING below would.
+            "socket_keepalive": True,
+            "socket_keepalive_options": _sockets.options(tcp),
             "decode_responses": True,
             # redis-py's own reconnect would resubscribe silently, and the wake-up owed
             # for messages missed meanwhile would never come: a drop must reach us.
@@ -297,13 +306,29 @@ async def _relay(
 
     A server that vanishes without closing the connection (a failover, a cut network)
     would leave us waiting for ever while the worker polls; so after ``REDIS_QUIET``
-    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``."""
+    seconds of silence a PING must be answered within ``REDIS_PING_TIMEOUT``.
+
+    A connection the kernel gave up on (keepalives, ``tcp_user_timeout``: a dead
+    network) fails every read at once with ETIMEDOUT, which redis-py takes for the end of
+    ``get_message``'s own timeout: None, at once, for ever. Looping on that would starve
+    the event loop (and the worker's self-fencing on it, design §37); a few instant Nones
+    in a row end the subscription instead, to be opened again."""
     loop = asyncio.get_running_loop()
     heard = loop.time()
     pinged: float | None = None
+    instant = 0  # Nones in a row that came back without waiting
     while not stopping():
+        asked = loop.time()
         message = await pubsub.get_message(timeout=REDIS_TICK)
         now = loop.time()
+        if message is None and now - asked < REDIS_TICK / 10:
+            instant += 1
+            if instant >= 3:
+                raise ConnectionError("the subscription's connection is dead (its reads "
+                                      "fail at once)")
+            await asyncio.sleep(REDIS_TICK / 10)  # never a busy loop
+            continue
+        instant = 0
         if message is not None:
             heard, pinged = now, None
             data = message["data"]

@@ -14,11 +14,12 @@ app = leaseq.App(
     table_prefix=os.environ.get("LEASEQ_CHAOS_PREFIX", "leaseq_"),
     lease=float(os.environ.get("LEASEQ_CHAOS_LEASE", "2")),
     backoff=leaseq.Backoff(base=0.05, cap=0.2, jitter=0.5),
+    connect_timeout=float(os.environ.get("LEASEQ_CHAOS_CONNECT_TIMEOUT", "10")),
 )
 
 
 @app.task(queue="chaos", name="probe", max_attempts=50)
-def probe(work: float = 0.0, fail: float = 0.0, tag: str = "") -> str:
+def probe(work: float = 0.0, fail: float = 0.0, hold: float = 0.0, tag: str = "") -> str:
     # ``tag`` names the enqueue, for checkers that must tell a job from another one given
     # the same id (after an asynchronous failover).
     ctx = leaseq.current_job()
@@ -30,7 +31,8 @@ def probe(work: float = 0.0, fail: float = 0.0, tag: str = "") -> str:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
-    time.sleep(work * random.random())
+    # hold: a fixed part on the first attempt only (test_half_open: the re-runs are quick)
+    time.sleep((hold if ctx.job.attempts == 1 else 0.0) + work * random.random())
     if random.random() < fail:
         raise RuntimeError("probe failure, retried")
     return "ok"

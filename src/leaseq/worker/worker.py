@@ -98,6 +98,13 @@ average, in this many seconds, so that one claim feeds them for a while instead 
 claim per freed thread..."""
 MAX_AHEAD = 1000
 """...and never more than this many."""
+SHUTDOWN_SLACK = 5.0
+"""Seconds past ``grace`` a stop may take: what is left to write after the grace (acks,
+give-backs) and closing the connections get this long together, then the worker exits
+regardless (design §37), leaving any lease it could not give back to expire."""
+FENCE_TICK = 0.05
+"""How often the event loop looks for a lease past its self-fencing deadline: the check
+does not wait for a renewal to come back, which on a dead network takes seconds."""
 
 
 class Worker:
@@ -190,6 +197,13 @@ class Worker:
         self._hook_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
+        self._beats_poke = threading.Event()  # wakes the heartbeat thread
+        self._stop_by: float | None = None  # monotonic: exit by then once stopping
+        self._fetch_task: asyncio.Task[Any] | None = None
+        self._fetching = False  # the fetch loop awaits the database (a claim, next_due)
+        self._cut = False  # ...and the stop cut that wait short
+        self._owns_process = False  # run(): the stop may end the process (watchdog)
+        self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
@@ -197,7 +211,10 @@ class Worker:
     # -- entry points --------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code."""
+        """Run until stopped by SIGTERM/SIGINT (or ``stop()``); returns the exit code.
+        The process exits by ``grace`` + ``SHUTDOWN_SLACK`` seconds after the stop, even
+        if a connection still hangs."""
+        self._owns_process = True
         code = _event_loop_runner()(self.run_async(install_signals=True))
         if any(t.is_alive() for t in threading.enumerate() if t.name.startswith("leaseq-job")):
             # A sync handler ignored shutdown and still runs (its job was given back), or
@@ -253,26 +270,41 @@ class Worker:
         listener = self._listener(aq)
         if listener is not None:
             helpers.append(listener)
+        helpers.append(asyncio.create_task(self._fence(), name="leaseq-fence"))
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
                  ",".join(self.queues), self.concurrency)
         self.started.set()
+        self._fetch_task = asyncio.current_task()
         try:
             await self._fetch_loop(aq)
             await self._drain(aq)
         finally:
+            if self._stop_by is None:  # a burst run's end, or an error: no grace to give
+                self._stop_by = time.monotonic() + SHUTDOWN_SLACK
             unsubscribe()
             for helper in helpers:
                 helper.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-            await self._completer.close()
+            # Each step below waits at most until _stop_by: on a dead network a write or
+            # a close can hang for as long as the connection takes to be declared dead.
+            # Helpers have nothing to finish: a second at most (a driver's cancel of a
+            # query on a dead connection waits for seconds), the rest is for the acks.
+            await self._bounded(asyncio.gather(*helpers, return_exceptions=True), "helpers",
+                                limit=1.0)
+            await self._bounded(self._completer.close(), "pending acks")
             self._beats_stop.set()
+            self._beats_poke.set()
             await self._finish_hooks()
-            beats.join(5)
-            await aq.close()
+            beats.join(max(0.0, min(5.0, self._stop_by - time.monotonic())))
+            await self._bounded(aq.close(), "closing connections")
             self._threads.close()
             self._hook_pool.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped: %d jobs processed, %d failed", self.worker_id,
                  self.processed, self.failed)
+        if self._abandoned and self._owns_process:
+            # Steps given up on still wait on a dead connection, and the event loop's own
+            # teardown would wait for their cancellation: the stop is done, so exit.
+            logging.shutdown()
+            os._exit(0)
         return 0
 
     # -- signals and wake-ups ------------------------------------------------------------
@@ -286,7 +318,29 @@ class Worker:
         log.info("stop signal: finishing running jobs (grace %.0f s)", self.grace)
         self._request_stop()
 
+    def _overdue(self) -> None:
+        log.warning("shutdown took longer than grace + %.0f s (a connection that does not "
+                    "answer?): exiting now; leases not given back will expire",
+                    SHUTDOWN_SLACK)
+        logging.shutdown()
+        os._exit(1)
+
     def _request_stop(self) -> None:
+        if self._stop_by is None:
+            self._stop_by = time.monotonic() + self.grace + SHUTDOWN_SLACK
+            if self._owns_process:
+                # The last resort: whatever still waits on a dead connection (a driver's
+                # cleanup, a thread in a blocking call) cannot keep the process past
+                # grace + slack. Only when run() owns the process: an embedding program
+                # is not ended from under it.
+                watchdog = threading.Timer(self.grace + SHUTDOWN_SLACK, self._overdue)
+                watchdog.daemon = True
+                watchdog.start()
+            if self._loop is not None and self.grace >= 0:
+                # A claim in flight when the stop came gets the grace to return (its jobs
+                # then run or are given back); past that it is abandoned, and any jobs
+                # it leased expire.
+                self._loop.call_later(self.grace, self._cut_fetch)
         self.stopping = True
         if self._wake is not None and self._freed is not None:
             self._wake.set()
@@ -309,6 +363,52 @@ class Worker:
                       self._wake_soon, lambda: self.stopping),
             name="leaseq-listen",
         )
+
+    def _cut_fetch(self) -> None:
+        if self._fetching and self._fetch_task is not None and not self._fetch_task.done():
+            log.warning("the database did not answer a claim within the grace period; "
+                        "stopping without it")
+            self._cut = True
+            self._fetch_task.cancel()
+
+    async def _bounded(self, step: Any, what: str, limit: float | None = None) -> None:
+        """Awaits ``step`` until ``_stop_by`` (or for ``limit`` seconds, if sooner); past
+        it, cancels the step without waiting for it (a driver's cancel may itself wait on
+        the dead connection) and goes on."""
+        task = asyncio.ensure_future(step)
+        if self._stop_by is None:  # a burst run's end: no grace to give
+            self._stop_by = time.monotonic() + SHUTDOWN_SLACK
+        # Half a second before the watchdog, so that the process exits by itself.
+        until = self._stop_by - 0.5
+        if limit is not None:
+            until = min(until, time.monotonic() + limit)
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, until - time.monotonic()))
+        if not done:
+            self._abandoned = True
+            task.cancel()
+            # Its end (a cancel, or whatever it raises meanwhile) is of no interest now.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            log.warning("shutdown: %s did not finish in time, given up", what)
+            return
+        task.result()
+
+    async def _fence(self) -> None:
+        """Self-fencing on the event loop, independent of the heartbeat thread: a renewal
+        on a dead connection blocks that thread until the connection is declared dead,
+        while the lease runs out meanwhile (design §37)."""
+        while True:
+            now = time.monotonic()
+            soonest = now + 0.5
+            for ctx, runner in list(self.inflight.values()):
+                if ctx.lease_lost or runner.done():
+                    continue
+                if now >= ctx.deadline:
+                    self._lose(ctx, runner, "no lease renewal in time")
+                else:
+                    soonest = min(soonest, ctx.deadline)
+            # Asleep until the soonest deadline (a renewal may move it: looked at again
+            # then), at most half a second (jobs claimed meanwhile), never a busy loop.
+            await asyncio.sleep(max(FENCE_TICK, soonest - now))
 
     def _wake_soon(self) -> None:
         if self._wake is not None:
@@ -336,6 +436,7 @@ class Worker:
             gathered = False
             metrics = self._metrics
             began = time.perf_counter() if metrics is not None else 0.0
+            self._fetching = True
             try:
                 jobs = await aq.dequeue(self.queues, worker_id=self.worker_id,
                                         lease=self.lease, limit=free)
@@ -346,8 +447,20 @@ class Worker:
                 jobs = exc.result if isinstance(exc.result, list) else []
             except LeaseqError as exc:
                 log.warning("fetch failed, retrying: %s", exc)
-                jobs = []
+                if metrics is not None:
+                    metrics.dequeued(time.perf_counter() - began)
+                # No next_due either: the database did not answer, so ask it again only
+                # after a poll interval (on a dead network each call waits for the
+                # connection to be declared dead).
+                await self._wait(self.poll_interval * random.uniform(0.8, 1.2))
                 idle = self.poll_interval
+                continue
+            except asyncio.CancelledError:
+                if not self._cut:
+                    raise
+                break  # the stop gave up on this claim (_cut_fetch)
+            finally:
+                self._fetching = False
             if metrics is not None:
                 metrics.dequeued(time.perf_counter() - began)
                 for job in jobs:
@@ -356,6 +469,7 @@ class Worker:
             for job in jobs:
                 self._start(aq, job, started)
             if jobs:
+                self._beats_poke.set()
                 idle = 0.0
                 again = False
                 # Let the handlers begin before the next claim's own Python runs.
@@ -396,11 +510,20 @@ class Worker:
         return min(MAX_AHEAD, int(self.concurrency * AHEAD_WINDOW / max(typical, 1e-6)))
 
     async def _next_due(self, aq: AsyncQueue) -> float | None:
+        self._fetching = True
         try:
             return await aq.next_due(self.queues)
         except LeaseqError as exc:
-            log.debug("next_due failed, polling instead: %s", exc)
+            # Asked only after a claim that worked, so rare: the database went away
+            # between the two (a warning, as a failed claim gets).
+            log.warning("next-due lookup failed, polling instead: %s", exc)
             return None
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise
+            return None  # the stop gave up on it (_cut_fetch); the loop ends next
+        finally:
+            self._fetching = False
 
     async def _wait(self, timeout: float | None, event: asyncio.Event | None = None) -> None:
         """Waits for ``event`` (default: a wake-up) or ``timeout``. Idle waits do not end
@@ -630,7 +753,13 @@ class Worker:
         if running:
             log.info("waiting up to %.0f s for %d running jobs", self.grace, len(running))
             await asyncio.wait(running, timeout=self.grace)
-        await self._completer.flush()  # finished jobs are completed, not given back
+        # Finished jobs are completed, not given back.
+        await self._bounded(self._completer.flush(), "pending acks")
+        await self._bounded(self._give_back(aq), "giving back jobs")
+        await self._bounded(asyncio.gather(*(r for _, r in list(self.inflight.values())),
+                                           return_exceptions=True), "cancelled jobs")
+
+    async def _give_back(self, aq: AsyncQueue) -> None:
         for ctx, runner in list(self.inflight.values()):
             ctx.shutting_down = True
             runner.cancel()
@@ -648,38 +777,42 @@ class Worker:
                 if (self._metrics is not None and isinstance(exc, LeaseLost)
                         and not (ctx.lease_lost or ctx.cancelled)):
                     self._metrics.finished(ctx.job, "lease_lost")
-        await asyncio.gather(*(r for _, r in list(self.inflight.values())),
-                             return_exceptions=True)
 
     # -- heartbeats --------------------------------------------------------------------
 
     def _heartbeats(self) -> None:
         """Renew held leases from a thread of its own, with a client of its own, opened
-        when the first lease needs renewing (not at start, where it would compete with
-        the first claim for the CPU)."""
+        when the first job is held (not at start, where it would compete with the first
+        claim for the CPU; nor when its first renewal is due, which the connect would
+        delay: the event loop self-fences a job whose renewal is late, design §37)."""
         q: Queue | None = None
         try:
             while not self._beats_stop.is_set():
+                self._beats_poke.clear()
                 now = time.monotonic()
                 held = [(c, r) for c, r in list(self.inflight.values())
                         if not (c.lease_lost or r.done())]
                 due = [(c, r) for c, r in held if now >= c.next_beat]
-                if due and q is None:
+                if held and q is None:
                     try:
                         q = Queue(self.app.url, self.app.settings)
                     except LeaseqError as exc:
                         # As a failed renewal: the next pass tries again, and the deadline
                         # check below self-fences if it keeps failing.
-                        log.warning("heartbeat of %d jobs failed (%s)", len(due), exc)
+                        log.warning("heartbeat of %d jobs failed (%s)", len(held), exc)
                         for ctx, _ in due:
                             ctx.next_beat = now + min(1.0, ctx.lease / 10)
                 if due and q is not None:
                     self._beat(q, due)
                 for ctx, runner in held:
-                    if time.monotonic() >= ctx.deadline and not ctx.lease_lost:
+                    # (a handler that returned meanwhile has nothing left to stop: its
+                    # ack is tried only while the lease lasts, see Completer._again)
+                    if (time.monotonic() >= ctx.deadline and not ctx.lease_lost
+                            and not runner.done()):
                         self._lose(ctx, runner, "no lease renewal in time")
                 soonest = min((c.next_beat for c, _ in held), default=now + 0.5)
-                self._beats_stop.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
+                # Poked awake by new jobs (their first renewal may come sooner) and stop.
+                self._beats_poke.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
         finally:
             if q is not None:
                 q.close()

@@ -28,6 +28,13 @@ RETRIES = 12
 # After a dropped connection, an idempotent operation is retried this many times on a
 # fresh connection, pausing 50 ms doubling (about 3 s in all: a database restart).
 RECONNECTS = 6
+RECONNECT_WINDOW = 3.5
+"""...but no new try once this many seconds have passed since the first (the pauses
+above add up to 3.15 s): a connection that died silently took up to
+``_sockets.DETECTION`` seconds to say so, and more tries into a dead network would only
+stretch the call, each waiting up to ``connect_timeout`` for a connection. So a call on a
+dead network fails within about ``RECONNECT_WINDOW`` + ``max(DETECTION, connect_timeout)``
+seconds (design §37)."""
 
 
 def retry_pause(attempt: int) -> float:
@@ -65,6 +72,7 @@ class SyncRunner(ABC):
         idempotent: bool = False,
     ) -> T:
         attempt = reconnects = 0
+        began = time.monotonic()
         while True:
             attempt += 1
             try:
@@ -79,9 +87,8 @@ class SyncRunner(ABC):
                 # renewal) is retried when the connection dropped mid-call: a plain enqueue
                 # might have committed, and repeating it would duplicate the job. One the
                 # server refused outright (unapplied) changed nothing and is repeated too.
-                if reconnects < RECONNECTS and (
-                    self.unapplied(exc) or (idempotent and self.disconnected(exc))
-                ):
+                if (reconnects < RECONNECTS and time.monotonic() - began < RECONNECT_WINDOW
+                        and (self.unapplied(exc) or (idempotent and self.disconnected(exc)))):
                     reconnects += 1
                     self.recover()
                     time.sleep(0.05 * 2 ** (reconnects - 1))
@@ -222,6 +229,7 @@ class AsyncRunner(ABC):
                 raise self.translate(exc) from exc
         else:
             attempt = reconnects = 0
+            began = time.monotonic()
             while True:
                 attempt += 1
                 try:
@@ -233,9 +241,9 @@ class AsyncRunner(ABC):
                     if attempt < RETRIES and self.retryable(exc):
                         await asyncio.sleep(retry_pause(attempt))
                         continue
-                    if reconnects < RECONNECTS and (
-                        self.unapplied(exc) or (idempotent and self.disconnected(exc))
-                    ):
+                    if (reconnects < RECONNECTS and time.monotonic() - began < RECONNECT_WINDOW
+                            and (self.unapplied(exc)
+                                 or (idempotent and self.disconnected(exc)))):
                         reconnects += 1  # see SyncRunner.run_retrying
                         await self.recover()
                         await asyncio.sleep(0.05 * 2 ** (reconnects - 1))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -20,6 +20,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from leaseq._core.settings import Settings
+from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
@@ -41,6 +42,12 @@ DUPLICATE_KEY = 1062
 DISCONNECTS = {2003, 2006, 2013, 2055, 0}
 BATCH_BYTES = 4 * 1024 * 1024  # per multi-row INSERT; stays far below max_allowed_packet
 ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+READ_TIMEOUT = 60.0
+"""Seconds a read or a write on a connection may wait (``read_timeout`` and
+``write_timeout`` in the URL override it): it ends a connection whose server has gone
+silent while its kernel still acknowledges (a frozen server or proxy), which TCP's own
+checks never notice. Far above any statement of leaseq's, so it never cuts one short;
+migrations run without it (a big ``ALTER TABLE`` may take longer)."""
 EPOCH = datetime(1970, 1, 1)  # naive, as DATETIME(6) values read back are
 
 
@@ -228,6 +235,8 @@ def connect_args(url: str, settings: Settings) -> dict[str, Any]:
         raise ConfigurationError(f"{url!r} names no database: use mysql://user@host/dbname")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return {
+        "read_timeout": _seconds(options, "read_timeout"),
+        "write_timeout": _seconds(options, "write_timeout"),
         "host": parts.hostname or "127.0.0.1",
         "port": parts.port or 3306,
         "user": unquote(parts.username or "root"),
@@ -240,6 +249,59 @@ def connect_args(url: str, settings: Settings) -> dict[str, Any]:
         "connect_timeout": settings.connect_timeout,
         "init_command": ISOLATION,
     }
+
+
+def tcp_options(url: str) -> dict[int, int]:
+    """The socket options (``_sockets``: keepalives, ``tcp_user_timeout``) of every
+    connection to ``url``, with the URL's overrides (``keepalives_idle=`` and so on)."""
+    return _sockets.options({k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()})
+
+
+def idle_setup(url: str) -> str | None:
+    """The statement that bounds how long the server keeps a session idle inside a
+    transaction (``_sockets.IDLE_IN_TRANSACTION``; the URL's ``idle_transaction_timeout``
+    overrides it, 0 turns it off), run once per new connection to MariaDB. MySQL has no
+    such setting: None there (``setup`` asks the server which it is)."""
+    given = parse_qs(urlsplit(url).query).get("idle_transaction_timeout", [None])[-1]
+    seconds = _sockets.IDLE_IN_TRANSACTION if given is None else given
+    if not str(seconds).isdigit():
+        raise ConfigurationError(f"idle_transaction_timeout must be a whole number of "
+                                 f"seconds in a MySQL URL, got {given!r}")
+    return f"SET SESSION idle_transaction_timeout = {int(seconds)}" if int(seconds) else None
+
+
+def mariadb(conn: Any) -> bool:
+    return "mariadb" in str(conn.get_server_info()).lower()
+
+
+def _seconds(options: dict[str, str], name: str) -> float:
+    value = options.get(name)
+    if value is None:
+        return READ_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise ConfigurationError(f"{name} must be a positive number of seconds in a MySQL "
+                                 f"URL, got {value!r}")
+    return seconds
+
+
+def open_sync(args: dict[str, Any], tcp: dict[int, int], idle: str | None,
+              migrating: bool = False) -> Any:
+    """A PyMySQL connection with ``args`` (``connect_args``), its socket set up to notice
+    a dead network (``tcp``, from ``tcp_options``) and, on MariaDB, ``idle`` run
+    (``idle_setup``). ``migrating``: without read and write timeouts."""
+    if migrating:
+        args = {**args, "read_timeout": None, "write_timeout": None}
+    conn = pymysql.connect(**args)
+    _sockets.apply(conn._sock, tcp)
+    if idle is not None and not migrating and mariadb(conn):
+        with conn.cursor() as cur:
+            cur.execute(idle)
+        conn.commit()
+    return conn
 
 
 def bind(sql: str, params: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
@@ -278,6 +340,26 @@ def _expand(key: str, value: tuple[Any, ...], flat: dict[str, Any]) -> str:
     return "(" + ",".join(parts) + ")"
 
 
+_timeout: Any = getattr(asyncio, "timeout", None)  # Python 3.11+
+
+
+async def bounded(step: Awaitable[T], seconds: float | None) -> T:
+    """``step``, given up after ``seconds`` (aiomysql's reads have no timeout of their
+    own) as PyMySQL's ``read_timeout`` gives up: with a disconnect error (2013), so the
+    connection is discarded, never rolled back or reused."""
+    try:
+        if seconds is None:
+            return await step
+        if _timeout is not None:  # no extra task per statement
+            async with _timeout(seconds):
+                return await step
+        return await asyncio.wait_for(step, seconds)
+    except asyncio.TimeoutError:
+        raise pymysql.err.OperationalError(
+            2013, f"Lost connection to MySQL server: no reply in {seconds:g} s "
+                  "(read_timeout)") from None
+
+
 def check_caller(conn: Any) -> None:
     module = type(conn).__module__
     if not (module.startswith(("pymysql", "MySQLdb", "aiomysql")) and hasattr(conn, "cursor")):
@@ -292,13 +374,15 @@ class MysqlRunner(PooledSyncRunner[Any]):
         self.d = dialect
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
+        self.tcp = tcp_options(url)
+        self.idle = idle_setup(url)
         super().__init__(Pool(self.connect, lambda c: c.close(), settings.pool_size,
                               settings.connect_timeout))
         self.pool.put(self.pool.get())  # connect now: a bad URL fails here, with its reason
 
-    def connect(self) -> Any:
+    def connect(self, migrating: bool = False) -> Any:
         try:
-            return pymysql.connect(**self.args)
+            return open_sync(self.args, self.tcp, self.idle, migrating)
         except Exception as exc:
             raise translate(exc, self.where) from exc
 
@@ -362,7 +446,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
 
     def migrate(self) -> None:
         q, key = self.d.q, {"key": f"leaseq:migrate:{self.d.prefix}"}
-        conn = self.connect()
+        conn = self.connect(migrating=True)
         try:
             conn.autocommit(True)  # MySQL DDL commits implicitly; the named lock serialises
             with conn.cursor() as cur:
@@ -391,52 +475,86 @@ class AsyncMysqlRunner(AsyncRunner):
         self.url, self.d, self.settings = url, dialect, settings
         self.where = url.split("@")[-1]
         self.args = connect_args(url, settings)
+        self.tcp = tcp_options(url)
+        self.idle = idle_setup(url)
 
     async def open_pool(self) -> Any:
         import aiomysql
 
         args = dict(self.args)
         args["db"] = args.pop("database")
+        # aiomysql has no read or write timeouts: run_once bounds each operation itself.
+        for name in ("read_timeout", "write_timeout"):
+            del args[name]
         try:
             return await aiomysql.create_pool(minsize=1, maxsize=self.settings.pool_size, **args)
         except Exception as exc:
             raise translate(exc, self.where) from exc
 
+    async def _setup(self, conn: Any) -> None:
+        """Sets up a pooled connection once, on first use, as ``open_sync`` does."""
+        if getattr(conn, "_leaseq_setup", False):
+            return
+        writer = getattr(conn, "_writer", None)
+        if writer is not None:
+            _sockets.apply(writer.transport.get_extra_info("socket"), self.tcp)
+        if self.idle is not None and mariadb(conn):
+            async with conn.cursor() as cur:
+                await cur.execute(self.idle)
+            await conn.commit()
+        conn._leaseq_setup = True
+
     async def execute(self, conn: Any, stmt: Stmt) -> Result:
         sql = self.d.q[stmt.name]
+        limit = self.args["read_timeout"]
         async with conn.cursor() as cur:
             if stmt.many:
                 ids: list[tuple[int]] = []
                 for chunk, _count, tag in multirow(conn.escape, sql, stmt.params):  # type: ignore[arg-type]
-                    await cur.execute(chunk)
-                    await cur.execute(self.d.q["batch_ids"], {"first": cur.lastrowid, "tag": tag})
+                    await bounded(cur.execute(chunk), limit)
+                    await bounded(cur.execute(self.d.q["batch_ids"],
+                                              {"first": cur.lastrowid, "tag": tag}), limit)
                     ids += await cur.fetchall()
                 return Result(ids, len(ids))
             try:
-                await cur.execute(*bind(sql, stmt.params))  # type: ignore[arg-type]
+                await bounded(cur.execute(*bind(sql, stmt.params)), limit)  # type: ignore[arg-type]
             except Exception as exc:
                 if stmt.duplicate_ok and code(exc) == DUPLICATE_KEY:
                     return Result([], 0, duplicate=True)
                 raise
+            # Rows are read with the statement (aiomysql's default cursor buffers them).
             rows = list(await cur.fetchall()) if cur.description else []
             return Result(rows, cur.rowcount, cur.lastrowid)
 
     async def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         pool = await self.pool()
-        conn = await pool.acquire()
+        # aiomysql's acquire has no timeout, and makes its connections one at a time under
+        # one lock: on a dead network every caller would queue behind every connect.
+        # Bounded as the other pools are: connect_timeout.
+        wait = self.settings.connect_timeout
+        try:
+            conn = await bounded(pool.acquire(), wait)
+        except pymysql.err.OperationalError:
+            raise pymysql.err.OperationalError(
+                2003, f"Can't connect to MySQL server: no connection within {wait:g} s "
+                      "(connect_timeout)") from None
         broken = False
         try:
+            await self._setup(conn)
             # No BEGIN: autocommit is off, the first statement opens the transaction
             # (see MysqlRunner.begin).
             result = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
-            await conn.commit()
+            await bounded(conn.commit(), self.args["read_timeout"])
             return result
         except BaseException as exc:
-            try:
-                await conn.rollback()
-            except Exception:
-                broken = True
-            broken = broken or disconnected(exc)
+            # A dead connection is closed, not rolled back: a ROLLBACK sent on it would
+            # wait as long as the statement did.
+            broken = disconnected(exc) or isinstance(exc, asyncio.CancelledError)
+            if not broken:
+                try:
+                    await conn.rollback()
+                except Exception:
+                    broken = True
             raise
         finally:
             if broken:

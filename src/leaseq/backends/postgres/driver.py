@@ -16,12 +16,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from leaseq._core.job import Job
 from leaseq._core.settings import Settings
+from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
-from leaseq.backends.postgres.url import PostgresUrl, parse
+from leaseq.backends.postgres.url import PostgresUrl, parse, with_tcp_defaults
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -307,6 +308,26 @@ def _where(url: str) -> str:
     return hosts.rpartition("@")[2] + slash + path
 
 
+def idle_setup(target: PostgresUrl) -> psycopg.sql.Composed | None:
+    """The statement each new pooled connection runs once: the server ends the session
+    when it sits idle inside a transaction for ``_sockets.IDLE_IN_TRANSACTION`` seconds,
+    releasing its locks (design §37). None behind a transaction pooler (a SET would stay
+    on a server connection other clients share) or when the URL sets it itself
+    (``options=-c idle_in_transaction_session_timeout=...``)."""
+    if target.pgbouncer or "idle_in_transaction_session_timeout" in target.dsn:
+        return None
+    return psycopg.sql.SQL("SET idle_in_transaction_session_timeout = {}").format(
+        psycopg.sql.Literal(f"{_sockets.IDLE_IN_TRANSACTION}s"))
+
+
+def reconnect_timeout(settings: Settings) -> float:
+    """How long the pool keeps retrying a failed connect before it gives up (and the
+    next call that needs a connection starts again at once). psycopg_pool's default,
+    300 s of retries doubling their pauses, left a pause of 16 to 32 s pending after a
+    minute-long outage, so a worker took that long to notice the network had healed."""
+    return max(5.0, settings.connect_timeout)
+
+
 def connection_options(target: PostgresUrl) -> dict[str, Any]:
     """psycopg options of every connection leaseq opens: behind a transaction pooler
     (``pgbouncer=true``) no statement is ever prepared on the server, since the next
@@ -317,21 +338,25 @@ def connection_options(target: PostgresUrl) -> dict[str, Any]:
 
 class PostgresRunner(SyncRunner):
     def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
-        self.target, self.d, self.url = url, dialect, url.dsn
+        self.target, self.d, self.url = url, dialect, with_tcp_defaults(url.dsn)
         self.where = _where(url.dsn)
         options = connection_options(url)
         try:
             # Connect once up front: a wrong URL fails here with its real reason, not as a
             # pool timeout later.
-            psycopg.connect(url.dsn, connect_timeout=max(1, int(settings.connect_timeout)),
+            psycopg.connect(self.url, connect_timeout=max(1, int(settings.connect_timeout)),
                             **options).close()
         except Exception as exc:
             raise translate(exc, self.where) from exc
         # Autocommit: a one-statement plan needs no BEGIN/COMMIT round trips; others run
         # in an explicit transaction.
-        self.pool = ConnectionPool(url.dsn, min_size=1, max_size=settings.pool_size,
+        setup = idle_setup(url)
+        self.pool = ConnectionPool(self.url, min_size=1, max_size=settings.pool_size,
                                    timeout=settings.connect_timeout, open=True,
-                                   kwargs={"autocommit": True, **options}, name="leaseq")
+                                   kwargs={"autocommit": True, **options}, name="leaseq",
+                                   reconnect_timeout=reconnect_timeout(settings),
+                                   configure=None if setup is None else
+                                   lambda conn: conn.execute(setup).close())
         self._in_caller = execute_unprepared if url.pgbouncer else execute
 
     def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
@@ -393,16 +418,24 @@ class PostgresRunner(SyncRunner):
 
 class AsyncPostgresRunner(AsyncRunner):
     def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
-        self.target, self.d, self.settings, self.url = url, dialect, settings, url.dsn
+        self.target, self.d, self.settings, self.url = (url, dialect, settings,
+                                                         with_tcp_defaults(url.dsn))
         self.where = _where(url.dsn)
         self._options = connection_options(url)
         self._in_caller = aexecute_unprepared if url.pgbouncer else aexecute
 
     async def open_pool(self) -> AsyncConnectionPool:
+        setup = idle_setup(self.target)
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            if setup is not None:
+                await (await conn.execute(setup)).close()
+
         pool = AsyncConnectionPool(
             self.url, min_size=1, max_size=self.settings.pool_size,
             timeout=self.settings.connect_timeout, open=False,
             kwargs={"autocommit": True, **self._options}, name="leaseq-async",
+            configure=configure, reconnect_timeout=reconnect_timeout(self.settings),
         )
         # The pool connects in the background and retries until its timeout, so a wrong
         # URL would surface late as a bare PoolTimeout; one connection of our own, made

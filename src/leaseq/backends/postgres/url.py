@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote_plus
 
+from leaseq.backends import _sockets
 from leaseq.errors import ConfigurationError
 
 FLAG = "pgbouncer"
@@ -56,6 +57,30 @@ def parse(url: str) -> PostgresUrl:
             kept.append(part)
     dsn = f"{base}?{'&'.join(kept)}" if kept else base
     return PostgresUrl(dsn, pgbouncer, listen)
+
+
+def with_tcp_defaults(dsn: str) -> str:
+    """``dsn`` with leaseq's dead-connection defaults (``leaseq.backends._sockets``:
+    keepalives, ``tcp_user_timeout``, ``connect_timeout``) added as libpq parameters,
+    each only where the URL does not set it: a user's value always wins. The runners'
+    pools and the LISTEN connections connect with the result; libpq applies them to the
+    socket itself, so they cost nothing per statement."""
+    if "://" not in dsn:  # a "key=value ..." connection string
+        return dsn
+    base, _, query = dsn.partition("?")
+    given = {unquote_plus(part.partition("=")[0]) for part in query.split("&") if part}
+    defaults = {"keepalives": 1, "keepalives_idle": _sockets.KEEPALIVE_IDLE,
+                "keepalives_interval": _sockets.KEEPALIVE_INTERVAL,
+                "keepalives_count": _sockets.KEEPALIVE_COUNT,
+                "tcp_user_timeout": _sockets.TCP_USER_TIMEOUT_MS,
+                # The pool's and the listener's connects: psycopg's own default (130 s)
+                # would leave a connect begun in a dead network waiting for a SYN retry
+                # long after the network healed.
+                "connect_timeout": _sockets.CONNECT_TIMEOUT}
+    added = [f"{name}={value}" for name, value in defaults.items() if name not in given]
+    if not added:
+        return dsn
+    return f"{base}?{'&'.join([part for part in query.split('&') if part] + added)}"
 
 
 def listen_target(url: str) -> str:

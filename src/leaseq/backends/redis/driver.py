@@ -41,6 +41,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from leaseq._core.settings import Settings
+from leaseq.backends import _sockets
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
 from leaseq.backends.redis.durability import (
     Durability,
@@ -69,6 +70,17 @@ from leaseq.errors import (
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
 RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
+RECONNECT_WINDOW = 3.5
+"""No new try once this many seconds have passed since the first (the pauses add up to
+3.15 s): the reconnects are for a restart or a failover, and a connection that died
+silently took up to ``_sockets.DETECTION`` seconds to say so; more tries would only
+stretch the call (as ``leaseq.backends._sql.runner.RECONNECT_WINDOW``)."""
+SOCKET_TIMEOUT = 15.0
+"""Seconds a command may wait for its reply (``socket_timeout`` in the URL overrides it):
+it ends a connection whose server went silent while its kernel still acknowledges (a
+frozen server or proxy), which TCP's checks never notice. leaseq sends no blocking
+commands and Redis refuses others' commands after ``busy-reply-threshold`` (5 s) of a
+long script, so no reply legitimately takes this long."""
 # What redis-py raises: RedisCluster's own errors (no node reachable, a slot without a
 # node) are not RedisErrors.
 FAILURES = (exceptions.RedisError, exceptions.RedisClusterException)
@@ -145,7 +157,8 @@ async def adrive(plan: Plan[T], execute: Callable[[Call], Awaitable[Any]]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-def pool_options(settings: Settings) -> dict[str, Any]:
+def pool_options(settings: Settings, tcp: dict[str, str] | None = None) -> dict[str, Any]:
+    """redis-py client options; ``tcp``: the URL's ``_sockets.NAMES`` overrides."""
     return {
         "max_connections": settings.pool_size,
         "timeout": settings.connect_timeout,  # wait for a free pooled connection
@@ -155,6 +168,10 @@ def pool_options(settings: Settings) -> dict[str, Any]:
         # round-trip as they do on the memory backend instead of failing to encode.
         "encoding_errors": "surrogatepass",
         "retry": Retry(NoBackoff(), 0),
+        # Dead-connection detection (_sockets, design §37); options in the URL win.
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_keepalive": True,
+        "socket_keepalive_options": _sockets.options(tcp),
     }
 
 
@@ -167,26 +184,28 @@ class SyncRunner:
 
     def __init__(self, url: str, where: str, settings: Settings,
                  seeds: list[str] | None = None, sentinel: Target | None = None,
-                 durability: Durability | None = None) -> None:
+                 durability: Durability | None = None,
+                 tcp: dict[str, str] | None = None) -> None:
         self.where = where
         self.durability = durability
         self.pool: redis.BlockingConnectionPool | None = None
         self.sentinels: Any = None
         if sentinel is not None:
-            self.client, self.sentinels = sync_client(sentinel, pool_options(settings))
+            self.client, self.sentinels = sync_client(sentinel, pool_options(settings, tcp))
             self.pool = self.client.connection_pool
             return
         if seeds is not None:
             self.client = redis.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.cluster.ClusterNode),
-                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings),
+                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings, tcp),
             )
             return
-        self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings))
+        self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings, tcp))
         self.client = redis.Redis(connection_pool=self.pool)
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> T:
         reconnects = 0
+        began = time.monotonic()
         while True:
             try:
                 if self.durability is None:
@@ -195,7 +214,8 @@ class SyncRunner:
             except LeaseqError:
                 raise
             except FAILURES as exc:
-                if idempotent and reconnects < RECONNECTS and disconnected(exc):
+                if (idempotent and reconnects < RECONNECTS and disconnected(exc)
+                        and time.monotonic() - began < RECONNECT_WINDOW):
                     reconnects += 1
                     time.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
@@ -289,7 +309,8 @@ class AsyncRunner:
 
     def __init__(self, url: str, where: str, settings: Settings, ops: RedisOps,
                  seeds: list[str] | None = None, sentinel: Target | None = None,
-                 durability: Durability | None = None) -> None:
+                 durability: Durability | None = None,
+                 tcp: dict[str, str] | None = None) -> None:
         self.where = where
         self.ops = ops
         self.durability = durability
@@ -299,11 +320,11 @@ class AsyncRunner:
         self.wait = settings.connect_timeout
         self.sentinels: Any = None
         if sentinel is not None:
-            self.client, self.sentinels = async_client(sentinel, pool_options(settings))
+            self.client, self.sentinels = async_client(sentinel, pool_options(settings, tcp))
             self.pool = self.client.connection_pool
             return
         if seeds is not None:
-            options = pool_options(settings)
+            options = pool_options(settings, tcp)
             del options["timeout"]
             self.client = redis.asyncio.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.asyncio.cluster.ClusterNode),
@@ -314,7 +335,7 @@ class AsyncRunner:
             self.slots = asyncio.Semaphore(settings.pool_size)
             return
         self.pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url, **pool_options(settings)
+            url, **pool_options(settings, tcp)
         )
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
 
@@ -323,6 +344,7 @@ class AsyncRunner:
 
     async def _run(self, factory: PlanFactory[T], idempotent: bool) -> T:
         reconnects = 0
+        began = time.monotonic()
         while True:
             try:
                 if not self.checked:
@@ -335,7 +357,8 @@ class AsyncRunner:
             except LeaseqError:
                 raise
             except FAILURES as exc:
-                if idempotent and reconnects < RECONNECTS and disconnected(exc):
+                if (idempotent and reconnects < RECONNECTS and disconnected(exc)
+                        and time.monotonic() - began < RECONNECT_WINDOW):
                     reconnects += 1
                     await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
@@ -537,6 +560,8 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     first call. ``wait_replicas``, ``wait_timeout`` and ``wait_aof`` in the query of any
     of them make every write wait for replicas (``durability.py``)."""
     url, durability = split_options(url)
+    # keepalives_idle= and the other _sockets.NAMES are leaseq's: redis-py refuses them.
+    url, tcp = _sockets.split(url)
     target = sentinel_target(url)
     where = target.where if target is not None else url.split("@")[-1]
     seeds = cluster_urls(url)
@@ -544,8 +569,8 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     try:
         if use_async:
             return RedisBackend(ops, AsyncRunner(url, where, settings, ops, seeds, target,
-                                                 durability))
-        runner = SyncRunner(url, where, settings, seeds, target, durability)
+                                                 durability, tcp))
+        runner = SyncRunner(url, where, settings, seeds, target, durability, tcp)
     except (ValueError, TypeError) as exc:  # redis-py's verdict on a malformed URL
         raise ConfigurationError(f"bad Redis URL {where!r}: {exc}") from exc
     except FAILURES as exc:  # RedisCluster reads the topology at once
