@@ -45,7 +45,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _hooks, _listen, tracing
+from leaseq import _hooks, _listen, _turn, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._aio import wait_event
 from leaseq._client import AsyncQueue, Queue
@@ -190,6 +190,7 @@ class Worker:
         self._hook_runs: set[asyncio.Task[None]] = set()
         self._beats_stop = threading.Event()
         self._limits: Callable[[str], bool] = lambda queue: False
+        self._turn = _turn.Turn()
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -252,6 +253,9 @@ class Worker:
         listener = self._listener(aq)
         if listener is not None:
             helpers.append(listener)
+            turns = self._take_turns(aq)
+            if turns is not None:
+                helpers.append(turns)
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
                  ",".join(self.queues), self.concurrency)
         self.started.set()
@@ -287,6 +291,7 @@ class Worker:
 
     def _request_stop(self) -> None:
         self.stopping = True
+        self._turn.set_idle(False)  # a holder hands the turn on
         if self._wake is not None and self._freed is not None:
             self._wake.set()
             self._freed.set()
@@ -305,9 +310,32 @@ class Worker:
             return None
         return asyncio.create_task(
             subscribe(url, self.app.settings.table_prefix, self.queues,
-                      self._wake_soon, lambda: self.stopping),
+                      self._pushed, lambda: self.stopping),
             name="leaseq-listen",
         )
+
+    def _take_turns(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
+        """The idle workers of one queue set take turns answering push wake-ups
+        (``_turn.py``): PostgreSQL (an advisory lock) and single-server Redis. Elsewhere
+        (Redis Cluster, SQLite) every worker answers every wake-up."""
+        url = aq._push_url()
+        if url is None:
+            return None
+        prefix, stopping = self.app.settings.table_prefix, lambda: self.stopping
+        if aq.backend == "postgres":
+            run = _turn.take_turns_pg(url, prefix, self.queues, self._turn, self._wake_soon,
+                                      stopping)
+        elif aq.backend == "redis" and "+cluster://" not in url.split("?", 1)[0].lower():
+            run = _turn.take_turns_redis(url, prefix, self.queues, self.worker_id,
+                                         self._turn, self._wake_soon, stopping)
+        else:
+            return None
+        return asyncio.create_task(run, name="leaseq-turn")
+
+    def _pushed(self) -> None:
+        """A push wake-up: claim if this worker holds its queues' turn, or takes none."""
+        if self._turn.claims_on_wake():
+            self._wake_soon()
 
     def _wake_soon(self) -> None:
         if self._wake is not None:
@@ -349,6 +377,8 @@ class Worker:
             started = time.monotonic()
             for job in jobs:
                 self._start(aq, job, started)
+            # Room to spare: take (or keep) the turn; full: hand it on, more may wait.
+            self._turn.set_idle(len(jobs) < free)
             if jobs:
                 idle = 0.0
                 again = False
@@ -359,14 +389,21 @@ class Worker:
                 log.info("queues empty: burst run done")
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
-            # fleet of idle workers does not poll in step...
+            # fleet of idle workers does not poll in step; at once the poll interval when
+            # workers take turns: a new job wakes the turn's holder, so a quick re-poll
+            # would only add claims (design §36)...
             idle = min(self.poll_interval, max(IDLE_FLOOR, idle * 2))
+            if self._turn.active:
+                idle = self.poll_interval
             pause = idle * random.uniform(0.8, 1.2)
             # ...unless the database knows when a job comes due or a rate limit lets one
             # start: then sleep exactly that long, so a delayed job starts on time. An
             # enqueue (of an earlier job too) wakes the loop before then.
             asked = time.monotonic()
-            due = await self._next_due(aq)
+            # While another worker holds the turn, it alone times itself to the next due
+            # job: all of them waking at that instant would be a herd again.
+            waiting = self._turn.active and not self._turn.holding
+            due = None if waiting else await self._next_due(aq)
             if due is not None and due > 0:
                 # Counted from the question, not the answer: the read's round trip is
                 # already part of the wait.

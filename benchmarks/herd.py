@@ -1,0 +1,323 @@
+"""Thundering herd (S19, issue 23): what one wake-up of N idle workers costs the server.
+
+    python -m benchmarks.herd --backend redis --workers 64
+    python -m benchmarks.herd --backend postgres --workers 16 --bursts 1,10,100
+
+Starts N idle ``leaseq worker`` processes (one ``leaseq worker --processes N``) on one
+queue, waits until they are idle, then per burst size k: resets the server's counters,
+enqueues k jobs in one transaction, waits until all k completed and one more second
+passed, and reads how many claim statements the server ran. Then the idle cost: counters
+reset, 10 s of nothing, read.
+
+How claims are counted (each on a private server the script starts, so that nothing else
+runs there and the shared servers' settings stay untouched):
+
+* Redis: the slow log with a threshold of 0 logs every command with its arguments;
+  ``EVALSHA <sha of claim.lua>`` are the claims (``INFO commandstats`` cannot tell
+  scripts apart). Commands run inside scripts are counted by ``INFO commandstats``.
+* PostgreSQL: ``pg_stat_statements`` (a private cluster started with it preloaded); the
+  claim is the statement that begins ``WITH settings AS MATERIALIZED``.
+
+Idle polls that happen to fall inside a burst's window are counted with it: the window
+is short (about 1.5 s) and the idle rate is printed beside, so the reader can subtract.
+``--before PATH`` runs the workers from another source tree (e.g. a ``git archive`` of
+main) for before/after figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import leaseq
+
+QUEUE = "herd"
+PREFIX = os.environ.get("HERD_PREFIX", "herd_")
+
+app = leaseq.App(os.environ.get("HERD_URL", "memory://herd"), table_prefix=PREFIX)
+
+
+@app.task(queue=QUEUE, name="noop")
+def noop(n: int) -> int:
+    """Does nothing; with HERD_LOG set, appends the job's id to that file (the tests
+    count runs per job with it)."""
+    path = os.environ.get("HERD_LOG")
+    ctx = leaseq.current_job()
+    if path and ctx is not None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{ctx.job.id}\n".encode())
+        finally:
+            os.close(fd)
+    return n
+
+
+# -- private servers ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if condition():
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not ready in {timeout:g} s")
+
+
+def _install_missing(binary: str, package: str) -> None:
+    """A fresh machine (CI) may lack the server: install its Debian package."""
+    if shutil.which(binary) is None:
+        subprocess.run(["apt-get", "install", "-y", "-q", package], check=True)
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server of our own on a free loopback port, logging every command."""
+    _install_missing("redis-server", "redis-server")
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no",
+                             "--slowlog-log-slower-than", "0",
+                             "--slowlog-max-len", "1000000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        _wait(lambda: bool(client.ping()), 20, "redis-server")
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    for folder in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (folder / name).exists():
+            return str(folder / name)
+    raise FileNotFoundError(f"{name}: install the postgresql package")
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[str]:
+    """A PostgreSQL cluster of our own (initdb into a temporary directory, run as the
+    postgres user when we are root) with pg_stat_statements preloaded."""
+    _install_missing("pg_ctlcluster", "postgresql")
+    folder = tempfile.mkdtemp(prefix="leaseq-herd-pg-")
+    data = os.path.join(folder, "data")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    subprocess.run([*as_user, _pg_bin("initdb"), "-D", data, "-U", "postgres", "-A", "trust",
+                    "--no-sync", "-E", "UTF8"], check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([*as_user, _pg_bin("postgres"), "-D", data, "-p", str(port),
+                             "-k", folder, "-c", "listen_addresses=127.0.0.1",
+                             "-c", "shared_preload_libraries=pg_stat_statements",
+                             "-c", "pg_stat_statements.max=10000", "-c", "fsync=off",
+                             "-c", "max_connections=400", "-c", "synchronous_commit=off"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import psycopg
+
+        base = f"postgresql://postgres@127.0.0.1:{port}"
+        _wait(lambda: psycopg.connect(f"{base}/postgres").close() is None, 60, "postgres")
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pg_stat_statements")
+        yield f"{base}/postgres"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- counters ----------------------------------------------------------------------------------
+
+
+class RedisCounts:
+    """Claims (EVALSHA of claim.lua, from the slow log), all script calls, and all commands
+    (INFO commandstats, which counts those run inside scripts too)."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        from leaseq.backends.redis.lua import SCRIPTS
+
+        self.client = redis.Redis.from_url(url)
+        self.claim_sha = SCRIPTS["claim"].sha.encode()
+
+    def reset(self) -> None:
+        self.client.slowlog_reset()
+        self.client.config_resetstat()
+
+    def read(self) -> dict[str, int]:
+        entries = self.client.execute_command("SLOWLOG", "GET", "-1")
+        claims = scripts = 0
+        for entry in entries:
+            args = entry[3]
+            if args and args[0].upper() in (b"EVALSHA", b"EVAL"):
+                scripts += 1
+                claims += len(args) > 1 and args[1] == self.claim_sha
+        stats = self.client.info("commandstats")
+        commands = sum(int(v["calls"]) for k, v in stats.items()
+                       if k not in ("cmdstat_slowlog", "cmdstat_config", "cmdstat_info"))
+        return {"claims": claims, "scripts": scripts, "commands": commands}
+
+
+class PgCounts:
+    """Claims and all statements from pg_stat_statements (this benchmark's own cluster:
+    only leaseq's statements, and this script's reads, which it leaves out)."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True)
+
+    def reset(self) -> None:
+        self.conn.execute("SELECT pg_stat_statements_reset()")
+
+    def read(self) -> dict[str, int]:
+        rows = self.conn.execute(
+            "SELECT query, calls FROM pg_stat_statements WHERE query NOT ILIKE "
+            "'%pg_stat_statements%'").fetchall()
+        claims = sum(calls for query, calls in rows
+                     if query.lstrip().startswith("WITH settings AS MATERIALIZED"))
+        return {"claims": int(claims), "statements": int(sum(c for _, c in rows))}
+
+
+# -- the herd ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def workers(url: str, n: int, poll_interval: float = 1.0, source: str | None = None,
+            log: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """``leaseq worker benchmarks.herd:app --processes n`` on ``url``; stopped (SIGTERM,
+    then SIGKILL of the group) on the way out."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, HERD_URL=url, HERD_PREFIX=PREFIX,
+               PYTHONPATH=os.pathsep.join(p for p in (
+                   os.path.join(source, "src") if source else None, root) if p))
+    if log:
+        env["HERD_LOG"] = log
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leaseq.cli", "worker", "benchmarks.herd:app",
+         "--processes", str(n), "--poll-interval", str(poll_interval), "--log-level",
+         "WARNING", "--grace", "5"],
+        env=env, cwd=root, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def listeners(url: str) -> int:
+    """How many worker listeners are connected now (Redis clients named leaseq-listen;
+    PostgreSQL sessions that ran LISTEN)."""
+    if url.startswith("redis"):
+        import redis
+
+        with redis.Redis.from_url(url) as client:
+            return sum(1 for c in client.client_list() if c.get("name") == "leaseq-listen")
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+                           ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def completed(q: leaseq.Queue) -> int:
+    stats = q.stats().get(QUEUE)
+    return 0 if stats is None else stats.completed
+
+
+def burst(q: leaseq.Queue, counts: Any, k: int, timeout: float = 60.0) -> dict[str, Any]:
+    """Enqueue ``k`` jobs at once into idle workers; the counts from just before the
+    enqueue until all ran and one more second passed."""
+    done = completed(q)
+    counts.reset()
+    began = time.monotonic()
+    q.enqueue_many([{"kind": "noop", "queue": QUEUE, "payload": {"n": i}} for i in range(k)])
+    _wait(lambda: completed(q) >= done + k, timeout, f"{k} jobs")
+    ran = time.monotonic() - began
+    time.sleep(1.0)
+    return {"jobs": k, "seconds_to_run_all": round(ran, 3),
+            "window_s": round(time.monotonic() - began, 3), **counts.read()}
+
+
+def idle(counts: Any, n: int, seconds: float = 10.0) -> dict[str, float]:
+    counts.reset()
+    time.sleep(seconds)
+    got = counts.read()
+    return {f"{k}_per_worker_s": round(v / n / seconds, 3) for k, v in got.items()}
+
+
+def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str | None,
+        settle: float) -> dict[str, Any]:
+    counts: Any = RedisCounts(url) if url.startswith("redis") else PgCounts(url)
+    q = leaseq.Queue(url, leaseq.Settings(table_prefix=PREFIX))
+    q.migrate()
+    with workers(url, n, poll_interval, source):
+        _wait(lambda: listeners(url) >= n, 120, f"{n} listeners")
+        time.sleep(settle)  # start-up claims and back-off ramps end
+        result: dict[str, Any] = {"workers": n, "poll_interval": poll_interval,
+                                  "idle": idle(counts, n)}
+        result["bursts"] = [burst(q, counts, k) for k in bursts]
+        rate = result["idle"]["claims_per_worker_s"] * n
+        for row in result["bursts"]:
+            # The idle polls that fell in the window are not the wake-up's.
+            row["claims_net_of_idle_polls"] = round(row["claims"] - rate * row["window_s"], 1)
+    q.close()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("redis", "postgres"), required=True)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--bursts", default="1,10,100")
+    parser.add_argument("--poll-interval", type=float, default=1.0)
+    parser.add_argument("--settle", type=float, default=5.0)
+    parser.add_argument("--before", default=None,
+                        help="run the workers from this source tree (its src/ first on "
+                             "PYTHONPATH)")
+    args = parser.parse_args()
+    server = private_redis() if args.backend == "redis" else private_postgres()
+    with server as url:
+        result = run(url, args.workers, [int(b) for b in args.bursts.split(",")],
+                     args.poll_interval, args.before, args.settle)
+    result["backend"] = args.backend
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
