@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -187,6 +188,9 @@ class RedisCounts:
                        if k not in ("cmdstat_slowlog", "cmdstat_config", "cmdstat_info"))
         return {"claims": claims, "scripts": scripts, "commands": commands}
 
+    def close(self) -> None:
+        self.client.close()
+
 
 class PgCounts:
     """Claims and all statements from pg_stat_statements (this benchmark's own cluster:
@@ -208,26 +212,57 @@ class PgCounts:
                      if query.lstrip().startswith("WITH settings AS MATERIALIZED"))
         return {"claims": int(claims), "statements": int(sum(c for _, c in rows))}
 
+    def close(self) -> None:
+        self.conn.close()
+
 
 # -- the herd ---------------------------------------------------------------------------------
 
 
+def launch(n: int, poll_interval: float) -> None:
+    """``--launch N``: N worker processes forked from this one once it has imported
+    leaseq (each runs ``Worker(app).run()``, as ``leaseq worker`` does), which starts them
+    in a fraction of the time N fresh interpreters take on a loaded machine. A SIGTERM
+    here is passed on to each; exits when all have."""
+    children = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = leaseq.Worker(app, poll_interval=poll_interval, grace=5).run()
+            finally:
+                os._exit(code)
+        children.append(pid)
+
+    def forward(signum: int, frame: Any) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    for pid in children:
+        os.waitpid(pid, 0)
+
+
 @contextlib.contextmanager
 def workers(url: str, n: int, poll_interval: float = 1.0, source: str | None = None,
-            log: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """``leaseq worker benchmarks.herd:app --processes n`` on ``url``; stopped (SIGTERM,
-    then SIGKILL of the group) on the way out."""
+            log: str | None = None, fork: bool = False) -> Iterator[subprocess.Popen[bytes]]:
+    """``leaseq worker benchmarks.herd:app --processes n`` on ``url`` (``fork``: ``n``
+    processes forked by ``launch``); stopped (SIGTERM, then SIGKILL of the group) on the
+    way out."""
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, HERD_URL=url, HERD_PREFIX=PREFIX,
                PYTHONPATH=os.pathsep.join(p for p in (
                    os.path.join(source, "src") if source else None, root) if p))
     if log:
         env["HERD_LOG"] = log
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "leaseq.cli", "worker", "benchmarks.herd:app",
-         "--processes", str(n), "--poll-interval", str(poll_interval), "--log-level",
-         "WARNING", "--grace", "5"],
-        env=env, cwd=root, start_new_session=True)
+    command = ([sys.executable, "-m", "benchmarks.herd", "--launch", str(n),
+                "--poll-interval", str(poll_interval)] if fork else
+               [sys.executable, "-m", "leaseq.cli", "worker", "benchmarks.herd:app",
+                "--processes", str(n), "--poll-interval", str(poll_interval),
+                "--log-level", "WARNING", "--grace", "5"])
+    proc = subprocess.Popen(command, env=env, cwd=root, start_new_session=True)
     try:
         yield proc
     finally:
@@ -253,6 +288,32 @@ def listeners(url: str) -> int:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
                            ).fetchone()
     return int(row[0]) if row else 0
+
+
+def taking_turns(url: str, n: int) -> bool:
+    """Whether the ``n`` workers are idle and taking turns (``leaseq._turn``): one holds
+    the queue's turn and the others wait for it (PostgreSQL: in the advisory lock's
+    queue; Redis: blocked on the relay list)."""
+    from leaseq import _turn
+
+    if url.startswith("redis"):
+        import redis
+
+        from leaseq.backends.redis.keys import Keys
+
+        owner, _ = Keys(PREFIX).turn([QUEUE])
+        with redis.Redis.from_url(url) as client:
+            blocked = sum(1 for c in client.client_list() if c.get("cmd") == "blpop")
+            return bool(client.exists(owner)) and blocked >= n - 1
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT granted, count(*) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = %s AND objid::bigint = %s GROUP BY granted",
+            (_turn.LOCK_CLASS, _turn.lock_key(PREFIX, [QUEUE]) % 2**32)).fetchall()
+    found = {granted: int(count) for granted, count in rows}
+    return found.get(True) == 1 and found.get(False, 0) >= n - 1
 
 
 def completed(q: leaseq.Queue) -> int:
@@ -282,11 +343,11 @@ def idle(counts: Any, n: int, seconds: float = 10.0) -> dict[str, float]:
 
 
 def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str | None,
-        settle: float) -> dict[str, Any]:
+        settle: float, fork: bool = False) -> dict[str, Any]:
     counts: Any = RedisCounts(url) if url.startswith("redis") else PgCounts(url)
     q = leaseq.Queue(url, leaseq.Settings(table_prefix=PREFIX))
     q.migrate()
-    with workers(url, n, poll_interval, source):
+    with workers(url, n, poll_interval, source, fork=fork):
         _wait(lambda: listeners(url) >= n, 120, f"{n} listeners")
         time.sleep(settle)  # start-up claims and back-off ramps end
         result: dict[str, Any] = {"workers": n, "poll_interval": poll_interval,
@@ -297,24 +358,35 @@ def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str |
             # The idle polls that fell in the window are not the wake-up's.
             row["claims_net_of_idle_polls"] = round(row["claims"] - rate * row["window_s"], 1)
     q.close()
+    counts.close()
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("redis", "postgres"), required=True)
+    parser.add_argument("--backend", choices=("redis", "postgres"))
+    parser.add_argument("--launch", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--bursts", default="1,10,100")
     parser.add_argument("--poll-interval", type=float, default=1.0)
     parser.add_argument("--settle", type=float, default=5.0)
+    parser.add_argument("--fork", action="store_true",
+                        help="fork the N worker processes from one launcher instead of "
+                             "`leaseq worker --processes N` (which spawns N interpreters)")
     parser.add_argument("--before", default=None,
                         help="run the workers from this source tree (its src/ first on "
                              "PYTHONPATH)")
     args = parser.parse_args()
+    if args.launch:
+        logging.basicConfig(level=logging.WARNING)
+        launch(args.launch, args.poll_interval)
+        return
+    if args.backend is None:
+        parser.error("--backend is required")
     server = private_redis() if args.backend == "redis" else private_postgres()
     with server as url:
         result = run(url, args.workers, [int(b) for b in args.bursts.split(",")],
-                     args.poll_interval, args.before, args.settle)
+                     args.poll_interval, args.before, args.settle, args.fork)
     result["backend"] = args.backend
     print(json.dumps(result))
 

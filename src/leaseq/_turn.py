@@ -45,7 +45,7 @@ TURN_RENEW = 3.0
 TURN_TICK = 2.0
 """Redis: a waiter blocks this long on the relay list before it looks at the key (and at
 ``stopping()``) again: one ``BLPOP`` and one ``SET NX`` per tick per idle worker."""
-_LOCK_CLASS = 0x6C71  # "lq": the first key of the two-int advisory lock, the second hashes
+LOCK_CLASS = 0x6C71  # "lq": the first key of the two-int advisory lock, the second hashes
 
 
 class Turn:
@@ -108,7 +108,7 @@ async def take_turns_pg(
                 turn.active, pause = True, 0.5
                 while not stopping():
                     await turn.until(idle=True)
-                    await conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LOCK_CLASS, key))
+                    await conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, key))
                     try:
                         if turn.idle:
                             turn.holding = True
@@ -116,7 +116,7 @@ async def take_turns_pg(
                             await turn.until(idle=False)
                     finally:
                         turn.holding = False
-                    await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_LOCK_CLASS, key))
+                    await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
