@@ -156,6 +156,41 @@ def private_postgres() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def private_mariadb() -> Iterator[str]:
+    """A MariaDB server of our own with performance_schema on (the shared one has it off,
+    and turning it on needs a restart)."""
+    _install_missing("mariadbd", "mariadb-server")
+    folder = tempfile.mkdtemp(prefix="leaseq-herd-my-")
+    if os.geteuid() == 0:
+        shutil.chown(folder, "mysql", "mysql")
+    data = os.path.join(folder, "data")
+    port = free_port()
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=mysql",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={data}", f"--port={port}",
+                             "--bind-address=127.0.0.1", f"--socket={folder}/sock",
+                             "--user=mysql", "--performance_schema=ON", "--skip-grant-tables",
+                             "--innodb-flush-log-at-trx-commit=0", "--max-connections=500"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import pymysql
+
+        def ready() -> bool:
+            pymysql.connect(host="127.0.0.1", port=port, user="root").close()
+            return True
+
+        _wait(ready, 60, "mariadb")
+        with pymysql.connect(host="127.0.0.1", port=port, user="root") as conn:
+            conn.cursor().execute("CREATE DATABASE herd")
+        yield f"mysql://root@127.0.0.1:{port}/herd"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # -- counters ----------------------------------------------------------------------------------
 
 
@@ -211,6 +246,36 @@ class PgCounts:
         claims = sum(calls for query, calls in rows
                      if query.lstrip().startswith("WITH settings AS MATERIALIZED"))
         return {"claims": int(claims), "statements": int(sum(c for _, c in rows))}
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class MyCounts:
+    """MariaDB: statements from performance_schema's digest summary. No push wake-ups
+    there: workers find jobs by polling, each poll one ``claim_starts`` read (the claim's
+    probe; a locking read and an UPDATE follow only when it finds a job), counted as the
+    claims."""
+
+    def __init__(self, url: str) -> None:
+        import pymysql
+
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        self.conn = pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+
+    def reset(self) -> None:
+        self.conn.cursor().execute(
+            "TRUNCATE TABLE performance_schema.events_statements_summary_by_digest")
+
+    def read(self) -> dict[str, int]:
+        cursor = self.conn.cursor()
+        cursor.execute("SELECT digest_text, count_star FROM "
+                       "performance_schema.events_statements_summary_by_digest "
+                       "WHERE schema_name = 'herd'")
+        rows = [(text or "", int(n)) for text, n in cursor.fetchall()]
+        claims = sum(n for text, n in rows if "FORCE INDEX" in text and "LIMIT ?" in text
+                     and "FOR UPDATE" not in text)
+        return {"claims": claims, "statements": sum(n for _, n in rows)}
 
     def close(self) -> None:
         self.conn.close()
@@ -344,11 +409,13 @@ def idle(counts: Any, n: int, seconds: float = 10.0) -> dict[str, float]:
 
 def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str | None,
         settle: float, fork: bool = False) -> dict[str, Any]:
-    counts: Any = RedisCounts(url) if url.startswith("redis") else PgCounts(url)
+    counts: Any = (RedisCounts(url) if url.startswith("redis") else
+                   MyCounts(url) if url.startswith("mysql") else PgCounts(url))
     q = leaseq.Queue(url, leaseq.Settings(table_prefix=PREFIX))
     q.migrate()
     with workers(url, n, poll_interval, source, fork=fork):
-        _wait(lambda: listeners(url) >= n, 120, f"{n} listeners")
+        if not url.startswith("mysql"):  # MariaDB has no listeners: the settle covers it
+            _wait(lambda: listeners(url) >= n, 300, f"{n} listeners")
         time.sleep(settle)  # start-up claims and back-off ramps end
         result: dict[str, Any] = {"workers": n, "poll_interval": poll_interval,
                                   "idle": idle(counts, n)}
@@ -364,7 +431,7 @@ def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str |
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("redis", "postgres"))
+    parser.add_argument("--backend", choices=("redis", "postgres", "mysql"))
     parser.add_argument("--launch", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--bursts", default="1,10,100")
@@ -383,7 +450,8 @@ def main() -> None:
         return
     if args.backend is None:
         parser.error("--backend is required")
-    server = private_redis() if args.backend == "redis" else private_postgres()
+    server = {"redis": private_redis, "postgres": private_postgres,
+              "mysql": private_mariadb}[args.backend]()
     with server as url:
         result = run(url, args.workers, [int(b) for b in args.bursts.split(",")],
                      args.poll_interval, args.before, args.settle, args.fork)
