@@ -18,8 +18,10 @@ runs there and the shared servers' settings stay untouched):
 * PostgreSQL: ``pg_stat_statements`` (a private cluster started with it preloaded); the
   claim is the statement that begins ``WITH settings AS MATERIALIZED``.
 
-Idle polls that happen to fall inside a burst's window are counted with it: the window
-is short (about 1.5 s) and the idle rate is printed beside, so the reader can subtract.
+Idle polls that fall inside a burst's window would be counted with it, and a wake-up
+moves a worker's next poll rather than adding one, so no subtraction is honest: measure
+bursts with a long ``--poll-interval`` (30 s: about one stray poll in the window at 64
+workers) and the idle rate, at the default 1 s, in a run of its own (``--bursts ''``).
 ``--before PATH`` runs the workers from another source tree (e.g. a ``git archive`` of
 main) for before/after figures.
 """
@@ -419,11 +421,7 @@ def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str |
         time.sleep(settle)  # start-up claims and back-off ramps end
         result: dict[str, Any] = {"workers": n, "poll_interval": poll_interval,
                                   "idle": idle(counts, n)}
-        result["bursts"] = [burst(q, counts, k) for k in bursts]
-        rate = result["idle"]["claims_per_worker_s"] * n
-        for row in result["bursts"]:
-            # The idle polls that fell in the window are not the wake-up's.
-            row["claims_net_of_idle_polls"] = round(row["claims"] - rate * row["window_s"], 1)
+        result["bursts"] = [burst(q, counts, k) for k in bursts if k]
     q.close()
     counts.close()
     return result
@@ -453,7 +451,7 @@ def main() -> None:
     server = {"redis": private_redis, "postgres": private_postgres,
               "mysql": private_mariadb}[args.backend]()
     with server as url:
-        result = run(url, args.workers, [int(b) for b in args.bursts.split(",")],
+        result = run(url, args.workers, [int(b) for b in args.bursts.split(",") if b],
                      args.poll_interval, args.before, args.settle, args.fork)
     result["backend"] = args.backend
     print(json.dumps(result))

@@ -65,3 +65,46 @@ def test_wake_up_costs_claims_per_job_not_per_worker(server: str, tmp_path: Path
     runs = collections.Counter(int(line) for line in log.read_text().split())
     assert sorted(runs) == sorted(enqueued)
     assert set(runs.values()) == {1}, "a job ran more than once"
+
+
+def test_a_turn_taken_from_its_holder_passes_on(server: str, tmp_path: Path) -> None:
+    """The holder's turn vanishes (PostgreSQL: its connection is killed, which releases the
+    lock; Redis: its key is deleted, as if it had expired): another worker takes the turn
+    and a job enqueued afterwards is picked up by a wake-up, long before any poll (every
+    60 s), and runs once."""
+    url = server
+    q = leaseq.Queue(url, leaseq.Settings(table_prefix=herd.PREFIX))
+    q.migrate()
+    log = tmp_path / "runs.log"
+    try:
+        with herd.workers(url, 3, poll_interval=60.0, log=str(log), fork=True):
+            wait_for(lambda: herd.taking_turns(url, 3), timeout=60, message="turns")
+            _take_the_turn_away(url)
+            wait_for(lambda: herd.taking_turns(url, 3), timeout=30, message="turns again")
+            job = q.enqueue(herd.QUEUE, {"n": 1}, kind="noop")
+            wait_for(lambda: herd.completed(q) >= 1, timeout=30,
+                     message="the job picked up by a wake-up")
+    finally:
+        q.close()
+    assert log.read_text().split() == [str(job.id)]
+
+
+def _take_the_turn_away(url: str) -> None:
+    from leaseq import _turn
+
+    if url.startswith("redis"):
+        import redis
+
+        from leaseq.backends.redis.keys import Keys
+
+        owner, _ = Keys(herd.PREFIX).turn([herd.QUEUE])
+        with redis.Redis.from_url(url) as client:
+            assert client.delete(owner) == 1
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = %s AND granted", (_turn.LOCK_CLASS,)).fetchall()
+    assert killed == [(True,)]

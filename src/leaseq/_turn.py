@@ -41,7 +41,8 @@ log = logging.getLogger("leaseq.worker")
 TURN_TTL = 10.0
 """Redis: seconds the turn key outlives a holder that stopped renewing it..."""
 TURN_RENEW = 3.0
-"""...which renews it this often while it holds it."""
+"""...which renews it this often while it holds it (PostgreSQL: the holder checks its
+session this often, since the lock goes with it)."""
 TURN_TICK = 2.0
 """Redis: a waiter blocks this long on the relay list before it looks at the key (and at
 ``stopping()``) again: one ``BLPOP`` and one ``SET NX`` per tick per idle worker."""
@@ -113,7 +114,12 @@ async def take_turns_pg(
                         if turn.idle:
                             turn.holding = True
                             wake()  # wake-ups sent while another held it were theirs
-                            await turn.until(idle=False)
+                            # A killed session has released the lock, and only a statement
+                            # notices: the holder (one per fleet) sends one per TURN_RENEW.
+                            while not await turn.until(idle=False, timeout=TURN_RENEW):
+                                if stopping():
+                                    break
+                                await conn.execute("SELECT 1")
                     finally:
                         turn.holding = False
                     await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
@@ -135,11 +141,13 @@ async def take_turns_redis(
     list; hold it (renewing it, calling ``wake()`` on getting it) until a claim fills the
     worker, then delete it and push a relay token. Reconnects with backoff."""
     import redis.asyncio
+    from redis.exceptions import NoPermissionError
 
     from leaseq.backends.redis.keys import Keys
 
     owner, relay = Keys(prefix).turn(queues)
     pause = 0.5
+    refused = False  # the ACL refused the keys, and we said so
     while not stopping():
         client = redis.asyncio.Redis.from_url(
             url, socket_connect_timeout=5.0, socket_timeout=TURN_TICK + 10.0,
@@ -156,21 +164,32 @@ async def take_turns_redis(
                     continue
                 turn.holding = True  # the outer finally clears it on any way out
                 wake()
+                lost = False
                 while not await turn.until(idle=False, timeout=TURN_RENEW):
                     if stopping():
                         break
-                    # Renew; GET says whether it was still ours (an expiry during a stall
-                    # lets another take it: then two hold it, harmlessly).
-                    before = await client.set(owner, worker_id, xx=True, px=ms, get=True)
-                    if before != worker_id:
+                    # Renew only if still ours: after an expiry during a stall another
+                    # worker holds it, and it is theirs now (no overwrite, no hand-on).
+                    if await client.get(owner) != worker_id:
+                        lost = True
                         break
+                    await client.pexpire(owner, ms)
                 turn.holding = False
-                await _hand_on(client, owner, relay, worker_id)
+                if not lost:
+                    await _hand_on(client, owner, relay, worker_id)
         except asyncio.CancelledError:
             if turn.holding:  # hand it on now rather than leave it to expire
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(_hand_on(client, owner, relay, worker_id), 1.0)
             raise
+        except NoPermissionError as exc:
+            # An ACL without the turn's keys: say how to fix it once, look again now and
+            # then; meanwhile this worker answers every wake-up, as without turns.
+            if not refused:
+                log.warning("the Redis user may not use the turn keys %s and %s (%s): grant "
+                            "~%s* for idle workers to take turns", owner, relay, exc, owner)
+            refused = True
+            await asyncio.sleep(30.0)
         except Exception as exc:
             log.warning("Redis turn connection lost (%s); claiming on every wake-up "
                         "meanwhile", str(exc) or type(exc).__name__)
