@@ -6,7 +6,9 @@ Shape:
   claim per batch, then waits: until a PostgreSQL NOTIFY or a Redis pub/sub message
   names one of its queues or another connection commits to the SQLite file, in this
   process until a local enqueue does, and otherwise for an adaptive poll interval that
-  grows while queues stay empty;
+  grows while queues stay empty. On PostgreSQL and Redis the idle workers of one queue
+  set take turns (``_turn.py``): only the turn's holder claims on a push wake-up, so one
+  job does not cost a claim per idle worker;
 * each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones on up
   to ``concurrency`` threads (``threads.py``: one queue in, outcomes back in batches); a
   job's slot frees when its handler returns, and its ack joins the completer's next
