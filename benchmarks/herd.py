@@ -275,7 +275,9 @@ class MyCounts:
                        "performance_schema.events_statements_summary_by_digest "
                        "WHERE schema_name = 'herd'")
         rows = [(text or "", int(n)) for text, n in cursor.fetchall()]
-        claims = sum(n for text, n in rows if "FORCE INDEX" in text and "LIMIT ?" in text
+        # claim_starts is the one read of the claim index with the paused check inline
+        # (NOT EXISTS) and no lock; first_due and the locking claim_candidates are not it.
+        claims = sum(n for text, n in rows if "NOT EXISTS" in text and "FORCE INDEX" in text
                      and "FOR UPDATE" not in text)
         return {"claims": claims, "statements": sum(n for _, n in rows)}
 
