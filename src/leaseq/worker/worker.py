@@ -266,6 +266,10 @@ class Worker:
             await self._drain(aq)
         finally:
             unsubscribe()
+            # Helpers also watch the flag: a cancel can be lost inside redis-py (design
+            # §27), and a burst run ends without a stop signal.
+            self.stopping = True
+            self._turn.set_idle(False)
             for helper in helpers:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
