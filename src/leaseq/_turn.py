@@ -45,7 +45,8 @@ TURN_RENEW = 3.0
 session this often, since the lock goes with it)."""
 TURN_TICK = 2.0
 """Redis: a waiter blocks this long on the relay list before it looks at the key (and at
-``stopping()``) again: one ``BLPOP`` and one ``SET NX`` per tick per idle worker."""
+``stopping()``) again: one ``BLPOP`` and one ``SET NX`` per tick per idle worker. Both:
+how often a busy worker's turn task looks at ``stopping()`` (no I/O)."""
 LOCK_CLASS = 0x6C71  # "lq": the first key of the two-int advisory lock, the second hashes
 
 
@@ -108,7 +109,9 @@ async def take_turns_pg(
             async with conn:
                 turn.active, pause = True, 0.5
                 while not stopping():
-                    await turn.until(idle=True)
+                    # With a timeout, so that stopping() is seen even if a cancel is lost.
+                    if not await turn.until(idle=True, timeout=TURN_TICK):
+                        continue
                     await conn.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, key))
                     try:
                         if turn.idle:
