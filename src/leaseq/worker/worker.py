@@ -326,9 +326,9 @@ class Worker:
         (Redis Cluster, SQLite) and in burst runs every worker answers every wake-up."""
         url = aq._push_url()
         if url is None or self.burst:
-            # A burst run stops once it has run jobs and finds its queues empty: every one
-            # of a batch of burst workers must get to claim, or one that never ran a job
-            # would wait for ever (leaseq bench's drain hung so, one run in four).
+            # A burst run stops once it has run jobs and finds its queues empty, so one that
+            # never gets a job waits for ever (seen in leaseq bench's drain on a loaded
+            # machine, before turns too); turns would make that likelier.
             return None
         prefix, stopping = self.app.settings.table_prefix, lambda: self.stopping
         if aq.backend == "postgres":
