@@ -214,20 +214,13 @@ async def _listen_redis(
 ) -> None:
     """SUBSCRIBE to ``channel``: ``heard(data)`` per message, ``connected()`` after each
     (re)subscribe; see ``listen_redis`` for reconnects, ACLs and clusters."""
-    import redis.asyncio
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import NoPermissionError
 
-    from leaseq.backends import _sockets
-    from leaseq.backends.redis import sentinel
-    from leaseq.backends.redis.driver import cluster_urls
-    from leaseq.backends.redis.durability import split_options
+    from leaseq.backends.redis.driver import SideUrl, close_side_client
 
-    url = split_options(url)[0]  # wait_replicas and co. concern writes, not pub/sub
-    url, tcp = _sockets.split(url)  # leaseq's keepalive parameters: not redis-py's
-    nodes = cluster_urls(url) or [url]  # each cluster node speaks plain pub/sub
-    target = sentinel.parse(url)
+    side = SideUrl(url)
     failures = 0
     pause = 0.5
     refused = False  # the ACL refused the channel, and we said so
@@ -238,22 +231,16 @@ async def _listen_redis(
             # Bounds the commands of the connect handshake (AUTH, SETNAME), which a frozen
             # server would otherwise leave waiting; reads of messages set their own.
             "socket_timeout": REDIS_PING_TIMEOUT,
-            # A subscriber is idle most of the time: keepalives find a dead network in
-            # _sockets.DETECTION seconds, long before the quiet PING below would.
-            "socket_keepalive": True,
-            "socket_keepalive_options": _sockets.options(tcp),
+            # Idle most of the time: keepalives find a dead network long before the quiet
+            # PING below would.
+            **side.socket_options(),
             "decode_responses": True,
             # redis-py's own reconnect would resubscribe silently, and the wake-up owed
             # for messages missed meanwhile would never come: a drop must reach us.
             "retry": Retry(NoBackoff(), 0),
         }
-        sentinels: Any = None
         # Options in the URL (client_name, timeouts, TLS) win over these defaults.
-        if target is not None:
-            # A new client per attempt: its first connection asks the Sentinels afresh.
-            client, sentinels = sentinel.async_client(target, options)
-        else:
-            client = redis.asyncio.Redis.from_url(nodes[failures % len(nodes)], **options)
+        client, sentinels = side.client(failures, options)
         try:
             try:
                 async with client.pubsub() as pubsub:
@@ -262,10 +249,7 @@ async def _listen_redis(
                     connected()
                     await _relay(pubsub, heard, stopping)
             finally:
-                await client.aclose()
-                if sentinels is not None:  # older redis-py leaves the pool open
-                    await client.connection_pool.disconnect()
-                    await sentinel.aclose_sentinels(sentinels)
+                await close_side_client(client, sentinels)
         except asyncio.CancelledError:
             raise
         except NoPermissionError as exc:

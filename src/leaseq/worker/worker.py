@@ -6,7 +6,9 @@ Shape:
   claim per batch, then waits: until a PostgreSQL NOTIFY or a Redis pub/sub message
   names one of its queues or another connection commits to the SQLite file, in this
   process until a local enqueue does, and otherwise for an adaptive poll interval that
-  grows while queues stay empty;
+  grows while queues stay empty. On PostgreSQL and Redis the idle workers of one queue
+  set take turns (``_turn.py``): only the turn's holder claims on a push wake-up, so one
+  job does not cost a claim per idle worker;
 * each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones on up
   to ``concurrency`` threads (``threads.py``: one queue in, outcomes back in batches); a
   job's slot frees when its handler returns, and its ack joins the completer's next
@@ -45,7 +47,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _hooks, _listen, tracing
+from leaseq import _hooks, _listen, _turn, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._aio import wait_event
 from leaseq._client import AsyncQueue, Queue
@@ -205,6 +207,7 @@ class Worker:
         self._owns_process = False  # run(): the stop may end the process (watchdog)
         self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
+        self._turn = _turn.Turn()
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -270,6 +273,9 @@ class Worker:
         listener = self._listener(aq)
         if listener is not None:
             helpers.append(listener)
+            turns = self._take_turns(aq)
+            if turns is not None:
+                helpers.append(turns)
         helpers.append(asyncio.create_task(self._fence(), name="leaseq-fence"))
         log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
                  ",".join(self.queues), self.concurrency)
@@ -282,6 +288,10 @@ class Worker:
             if self._stop_by is None:  # a burst run's end, or an error: no grace to give
                 self._stop_by = time.monotonic() + SHUTDOWN_SLACK
             unsubscribe()
+            # Helpers also watch the flag: a cancel can be lost inside redis-py (design
+            # §27), and a burst run ends without a stop signal.
+            self.stopping = True
+            self._turn.set_idle(False)
             for helper in helpers:
                 helper.cancel()
             # Each step below waits at most until _stop_by: on a dead network a write or
@@ -342,6 +352,7 @@ class Worker:
                 # it leased expire.
                 self._loop.call_later(self.grace, self._cut_fetch)
         self.stopping = True
+        self._turn.set_idle(False)  # a holder hands the turn on
         if self._wake is not None and self._freed is not None:
             self._wake.set()
             self._freed.set()
@@ -360,7 +371,7 @@ class Worker:
             return None
         return asyncio.create_task(
             subscribe(url, self.app.settings.table_prefix, self.queues,
-                      self._wake_soon, lambda: self.stopping),
+                      self._pushed, lambda: self.stopping),
             name="leaseq-listen",
         )
 
@@ -409,6 +420,32 @@ class Worker:
             # Asleep until the soonest deadline (a renewal may move it: looked at again
             # then), at most half a second (jobs claimed meanwhile), never a busy loop.
             await asyncio.sleep(max(FENCE_TICK, soonest - now))
+
+    def _take_turns(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
+        """The idle workers of one queue set take turns answering push wake-ups
+        (``_turn.py``): PostgreSQL (an advisory lock) and single-server Redis. Elsewhere
+        (Redis Cluster, SQLite) and in burst runs every worker answers every wake-up."""
+        url = aq._push_url()
+        if url is None or self.burst:
+            # A burst run stops once it has run jobs and finds its queues empty, so one that
+            # never gets a job waits for ever (seen in leaseq bench's drain on a loaded
+            # machine, before turns too); turns would make that likelier.
+            return None
+        prefix, stopping = self.app.settings.table_prefix, lambda: self.stopping
+        if aq.backend == "postgres":
+            run = _turn.take_turns_pg(url, prefix, self.queues, self._turn, self._wake_soon,
+                                      stopping)
+        elif aq.backend == "redis" and "+cluster://" not in url.split("?", 1)[0].lower():
+            run = _turn.take_turns_redis(url, prefix, self.queues, self.worker_id,
+                                         self._turn, self._wake_soon, stopping)
+        else:
+            return None
+        return asyncio.create_task(run, name="leaseq-turn")
+
+    def _pushed(self) -> None:
+        """A push wake-up: claim if this worker holds its queues' turn, or takes none."""
+        if self._turn.claims_on_wake():
+            self._wake_soon()
 
     def _wake_soon(self) -> None:
         if self._wake is not None:
@@ -468,6 +505,8 @@ class Worker:
             started = time.monotonic()
             for job in jobs:
                 self._start(aq, job, started)
+            # Room to spare: take (or keep) the turn; full: hand it on, more may wait.
+            self._turn.set_idle(len(jobs) < free)
             if jobs:
                 self._beats_poke.set()
                 idle = 0.0
@@ -479,14 +518,21 @@ class Worker:
                 log.info("queues empty: burst run done")
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
-            # fleet of idle workers does not poll in step...
+            # fleet of idle workers does not poll in step; at once the poll interval when
+            # workers take turns: a new job wakes the turn's holder, so a quick re-poll
+            # would only add claims (design §36)...
             idle = min(self.poll_interval, max(IDLE_FLOOR, idle * 2))
+            if self._turn.active:
+                idle = self.poll_interval
             pause = idle * random.uniform(0.8, 1.2)
             # ...unless the database knows when a job comes due or a rate limit lets one
             # start: then sleep exactly that long, so a delayed job starts on time. An
             # enqueue (of an earlier job too) wakes the loop before then.
             asked = time.monotonic()
-            due = await self._next_due(aq)
+            # While another worker holds the turn, it alone times itself to the next due
+            # job: all of them waking at that instant would be a herd again.
+            waiting = self._turn.active and not self._turn.holding
+            due = None if waiting else await self._next_due(aq)
             if due is not None and due > 0:
                 # Counted from the question, not the answer: the read's round trip is
                 # already part of the wait.

@@ -541,6 +541,42 @@ def cluster_urls(url: str) -> list[str] | None:
             for host in hosts.split(",") if host]
 
 
+class SideUrl:
+    """What a connection of its own beside the pool (the pub/sub listeners, the idle
+    workers' turn) needs from a leaseq Redis URL: the node URLs to try in turn (one, or a
+    cluster's seeds), the Sentinel target, and the TCP options, with leaseq's own options
+    (``wait_replicas``, keepalives) taken out: redis-py refuses them."""
+
+    def __init__(self, url: str) -> None:
+        url = split_options(url)[0]  # wait_replicas and co. concern writes only
+        url, self.tcp = _sockets.split(url)
+        self.nodes = cluster_urls(url) or [url]
+        self.sentinel = sentinel_target(url)
+
+    def socket_options(self) -> dict[str, Any]:
+        """Keepalives for a connection that is idle most of the time: they find a dead
+        network in ``_sockets.DETECTION`` seconds (design §37)."""
+        return {"socket_keepalive": True,
+                "socket_keepalive_options": _sockets.options(self.tcp)}
+
+    def client(self, attempt: int, options: dict[str, Any]) -> tuple[Any, Any]:
+        """An asyncio client (and the Sentinels behind it, or None) for the ``attempt``-th
+        try: a Sentinel URL asks the Sentinels afresh each time, a cluster URL takes its
+        nodes in turn (each speaks plain pub/sub and key commands of its own slots)."""
+        if self.sentinel is not None:
+            return async_client(self.sentinel, options)
+        return redis.asyncio.Redis.from_url(self.nodes[attempt % len(self.nodes)],
+                                            **options), None
+
+
+async def close_side_client(client: Any, sentinels: Any) -> None:
+    """Closes a ``SideUrl.client``: older redis-py leaves a Sentinel client's pool open."""
+    await client.aclose()
+    if sentinels is not None:
+        await client.connection_pool.disconnect()
+        await aclose_sentinels(sentinels)
+
+
 def seed_nodes(urls: list[str], node: Callable[[str, int], Any]) -> list[Any]:
     """``node(host, port)`` for each URL but the first (which ``from_url`` reads)."""
     out = []

@@ -11,6 +11,7 @@ channels (``P:wake``, ``P:done``) whose names are built here too.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from leaseq._core.validate import QUEUE_NAME
 from leaseq.errors import ConfigurationError, InvalidArgument, InvalidQueueName
@@ -54,6 +55,15 @@ class Keys:
             raise InvalidQueueName(f"invalid queue name {name!r} for a Redis key")
         base = f"{{{self.prefix}:{name}}}:"
         return [base + part for part in QUEUE_PARTS]
+
+    def turn(self, queues: Sequence[str]) -> tuple[str, str]:
+        """The turn key and relay list of the idle workers of a queue set (``_turn.py``):
+        ``{P}:turn:<queues, sorted, comma-separated>`` and the same with ``:relay``."""
+        names = sorted(set(queues))
+        for name in names:
+            self.queue(name)  # validates it
+        base = f"{{{self.prefix}}}:turn:{','.join(names)}"
+        return base, base + ":relay"
 
     def settings(self, name: str) -> str:
         """The settings hash of queue ``name``."""
