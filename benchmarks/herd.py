@@ -360,10 +360,10 @@ def listeners(url: str) -> int:
 
 
 def taking_turns(url: str, n: int) -> bool:
-    """Whether the ``n`` workers are idle and taking turns (``leaseq._turn``): one holds
+    """Whether the ``n`` workers are idle and taking turns (``leaseq.worker.turn``): one holds
     the queue's turn and the others wait for it (PostgreSQL: in the advisory lock's
     queue; Redis: blocked on the relay list)."""
-    from leaseq import _turn
+    from leaseq.worker import turn as _turn
 
     if url.startswith("redis"):
         import redis

@@ -80,7 +80,7 @@ def test_wake_up_costs_claims_per_job_not_per_worker(server: str, tmp_path: Path
 
 
 def _take_the_turn_away(url: str) -> None:
-    from leaseq import _turn
+    from leaseq.worker import turn as _turn
 
     if url.startswith("redis"):
         import redis

@@ -7,7 +7,7 @@ Shape:
   names one of its queues or another connection commits to the SQLite file, in this
   process until a local enqueue does, and otherwise for an adaptive poll interval that
   grows while queues stay empty. On PostgreSQL and Redis the idle workers of one queue
-  set take turns (``_turn.py``): only the turn's holder claims on a push wake-up, so one
+  set take turns (``worker/turn.py``): only the turn's holder claims on a push wake-up, so one
   job does not cost a claim per idle worker;
 * each job runs as an asyncio task: ``async def`` handlers on the loop, plain ones on up
   to ``concurrency`` threads (``threads.py``: one queue in, outcomes back in batches); a
@@ -47,7 +47,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _hooks, _listen, _turn, tracing
+from leaseq import _hooks, _listen, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._aio import wait_event
 from leaseq._client import AsyncQueue, Queue
@@ -64,6 +64,7 @@ from leaseq.errors import (
     ValidationError,
 )
 from leaseq.tasks import App, Task
+from leaseq.worker import turn as turn_
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
 from leaseq.worker.threads import HandlerThreads
@@ -207,7 +208,7 @@ class Worker:
         self._owns_process = False  # run(): the stop may end the process (watchdog)
         self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
-        self._turn = _turn.Turn()
+        self._turn = turn_.Turn()
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -423,7 +424,7 @@ class Worker:
 
     def _take_turns(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
         """The idle workers of one queue set take turns answering push wake-ups
-        (``_turn.py``): PostgreSQL (an advisory lock) and single-server Redis. Elsewhere
+        (``worker/turn.py``): PostgreSQL (an advisory lock) and single-server Redis. Elsewhere
         (Redis Cluster, SQLite) and in burst runs every worker answers every wake-up."""
         url = aq._push_url()
         if url is None or self.burst:
@@ -433,10 +434,10 @@ class Worker:
             return None
         prefix, stopping = self.app.settings.table_prefix, lambda: self.stopping
         if aq.backend == "postgres":
-            run = _turn.take_turns_pg(url, prefix, self.queues, self._turn, self._wake_soon,
+            run = turn_.take_turns_pg(url, prefix, self.queues, self._turn, self._wake_soon,
                                       stopping)
         elif aq.backend == "redis" and "+cluster://" not in url.split("?", 1)[0].lower():
-            run = _turn.take_turns_redis(url, prefix, self.queues, self.worker_id,
+            run = turn_.take_turns_redis(url, prefix, self.queues, self.worker_id,
                                          self._turn, self._wake_soon, stopping)
         else:
             return None

@@ -57,7 +57,7 @@ class Keys:
         return [base + part for part in QUEUE_PARTS]
 
     def turn(self, queues: Sequence[str]) -> tuple[str, str]:
-        """The turn key and relay list of the idle workers of a queue set (``_turn.py``):
+        """The turn key and relay list of the idle workers of a queue set (``worker/turn.py``):
         ``{P}:turn:<queues, sorted, comma-separated>`` and the same with ``:relay``."""
         names = sorted(set(queues))
         for name in names:
