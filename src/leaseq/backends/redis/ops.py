@@ -775,6 +775,12 @@ class RedisOps:
         info = yield Call("INFO", args=("server",), command=True)
         return str(info["redis_version"])
 
+    def oldest_transaction_age(self) -> Plan[float | None]:
+        """None: Redis has no long-lived transactions (MULTI/EXEC and scripts run whole),
+        so nothing holds old data back."""
+        return None
+        yield  # a plan is a generator, even one that sends nothing
+
     def set_paused(self, queue: str, paused: bool) -> Plan[None]:
         if self.cluster:  # listed first: a crash in between leaves the queue unpaused
             yield Call("register", (self.k.queues, self.k.configured), (queue,))
