@@ -89,8 +89,10 @@ async def tick(t: float) -> None:
 
 
 def produce(url: str, prefix: str, rate: float, start: float, end: float,
-            sent: Any, catchups: Any) -> None:
-    """One producer process: ``rate`` jobs/s from ``start`` to ``end`` (monotonic)."""
+            sent: Any, catchups: Any, errors: Any) -> None:
+    """One producer process: ``rate`` jobs/s from ``start`` to ``end`` (monotonic). A
+    failed enqueue is counted and its job sent again on the next turn (the schedule
+    still owes it), as an application would retry."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
     n = 0
@@ -103,16 +105,23 @@ def produce(url: str, prefix: str, rate: float, start: float, end: float,
             if owed <= 0:
                 time.sleep(min(0.005, start + n / rate - now))
                 continue
-            if owed > rate:  # more than a second behind: pay the debt in one batch
-                t = time.time()
-                q.enqueue_many([{"queue": QUEUE, "payload": {"t": t}, "kind": "soak.tick"}
-                                for _ in range(owed)])
-                n += owed
-                with catchups.get_lock():
-                    catchups.value += 1
-            else:
-                q.enqueue(QUEUE, {"t": time.time()}, kind="soak.tick")
-                n += 1
+            try:
+                if owed > rate:  # more than a second behind: pay the debt in one batch
+                    t = time.time()
+                    q.enqueue_many([{"queue": QUEUE, "payload": {"t": t}, "kind": "soak.tick"}
+                                    for _ in range(owed)])
+                    n += owed
+                    with catchups.get_lock():
+                        catchups.value += 1
+                else:
+                    q.enqueue(QUEUE, {"t": time.time()}, kind="soak.tick")
+                    n += 1
+            except leaseq.LeaseqError as exc:
+                with errors.get_lock():
+                    errors.value += 1
+                print(f"soak producer: enqueue failed ({exc}); sent again", file=sys.stderr)
+                time.sleep(0.1)
+                continue
             with sent.get_lock():
                 sent.value = sent.value + (owed if owed > rate else 1)
     finally:
@@ -363,6 +372,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pids = children(worker.pid)
         sent = mp.Value("q", 0)
         catchups = mp.Value("q", 0)
+        errors = mp.Value("q", 0)
         t0 = time.monotonic()
         wall0 = time.time()
         end = t0 + args.minutes * 60
@@ -370,7 +380,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ctx = mp.get_context("fork")
         for k in range(args.producers):
             p = ctx.Process(target=produce, args=(args.url, prefix, per, t0 + k / args.rate,
-                                                  end, sent, catchups), daemon=True)
+                                                  end, sent, catchups, errors),
+                            daemon=True)
             p.start()
             producers.append(p)
         offset, last_sent = 0, 0
@@ -399,7 +410,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "p99_ms": round(percentile(lat, 99) * 1000, 2),
                 "max_ms": round(lat[-1] * 1000, 2) if lat else float("nan"),
                 "backlog": st.available if st else 0, "completed_total": st.completed if st else 0,
-                "catchups": catchups.value,
+                "catchups": catchups.value, "enqueue_errors": errors.value,
                 **{f"rss_w{i + 1}_kib": status_kib(pid) for i, pid in enumerate(pids)},
                 "rss_supervisor_kib": status_kib(worker.pid),
                 "worker_connections": worker_connections(live, server.port, server.path),
@@ -477,6 +488,7 @@ def summarize(args: argparse.Namespace, backend: str, rows: list[dict[str, Any]]
                          "started": sum(r["started"] for r in rows)}
     s["achieved_rate"] = round(s["enqueued"] / (args.minutes * 60), 1)
     s["catchups"] = rows[-1]["catchups"] if rows else 0
+    s["enqueue_errors"] = rows[-1].get("enqueue_errors", 0) if rows else 0
     if n <= w:
         return s
     base = timed[w - 1] if w else timed[0]

@@ -486,3 +486,29 @@ def test_a_server_killed_mid_drain_loses_nothing_under_appendfsync_always(
         done.set()
         for t in threads:
             t.join(10)
+
+
+def test_scripts_flushed_over_and_over_never_fail_a_call(private_redis: PrivateRedis) -> None:
+    """A ``SCRIPT FLUSH`` (another tool, a restart, a failover) between a ``SCRIPT LOAD``
+    and the ``EVALSHA`` after it used to fail the call with ``NOSCRIPT`` (a soak producer
+    died of it, issue 23): the script is now sent with ``EVAL``, which leaves no window."""
+    stop = threading.Event()
+    flushes = [0]
+
+    def flush() -> None:
+        client = redis.Redis(port=private_redis.port)
+        while not stop.is_set():
+            client.script_flush()
+            flushes[0] += 1
+
+    flusher = threading.Thread(target=flush)
+    with leaseq.connect(private_redis.url, reclaim_interval=None) as q:
+        flusher.start()
+        try:
+            for i in range(400):
+                q.enqueue("q", {"i": i})
+        finally:
+            stop.set()
+            flusher.join()
+        assert flushes[0] > 50
+        assert q.stats()["q"].available == 400
