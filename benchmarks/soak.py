@@ -509,9 +509,14 @@ def summarize(args: argparse.Namespace, backend: str, rows: list[dict[str, Any]]
     s["p99_ratio"] = round(s["p99_last5_ms"] / s["p99_first5_ms"], 2) if first5 else None
     final = rows[-1]
     if "jobs_bytes" in base and base.get("jobs_bytes") is not None:
-        size0 = (base["jobs_bytes"] or 0) + (base.get("jobs_index_bytes") or 0)
-        size1 = (final["jobs_bytes"] or 0) + (final.get("jobs_index_bytes") or 0)
-        peak = max((r.get("jobs_bytes") or 0) + (r.get("jobs_index_bytes") or 0) for r in rows)
+        def size(r: dict[str, Any]) -> int:
+            # MariaDB: the tablespace file, not TABLES' estimates (they move with sampling).
+            if "jobs_file_bytes" in r:
+                return int(r["jobs_file_bytes"] or 0)
+            return int((r["jobs_bytes"] or 0) + (r.get("jobs_index_bytes") or 0))
+
+        size0, size1 = size(base), size(final)
+        peak = max(size(r) for r in rows)
         s["jobs_table_kib"] = {"after_warmup": size0 // 1024, "peak": peak // 1024,
                                "end_settled": size1 // 1024}
         s["jobs_table_ok"] = size1 <= 1.10 * size0 + 64 * 1024
