@@ -73,6 +73,39 @@ _REC = struct.Struct("<dd")  # handler start (time.time()), pickup latency (s)
 app = leaseq.App(os.environ.get("LEASEQ_BENCH_URL", "memory://soak"),
                  table_prefix=os.environ.get("LEASEQ_BENCH_PREFIX", "leaseq_"))
 _fd: int | None = None
+TRACE_ENV = "LEASEQ_SOAK_TRACEMALLOC"  # seconds between reports; set by --tracemalloc
+
+
+def _trace_memory(every: float, out: str) -> None:
+    """In a worker process (``--tracemalloc``): where its Python memory grows. Takes a
+    snapshot after ``every`` seconds (the warm-up's end is the caller's choice) and then
+    every ``every`` seconds appends the 12 biggest growths since that first snapshot,
+    by line, to ``out``."""
+    import tracemalloc
+
+    tracemalloc.start(6)
+
+    def report() -> None:
+        time.sleep(every)
+        first = tracemalloc.take_snapshot()
+        while True:
+            time.sleep(every)
+            now = tracemalloc.take_snapshot()
+            lines = [f"-- pid {os.getpid()} at {time.strftime('%H:%M:%S')}: traced "
+                     f"{tracemalloc.get_traced_memory()[0] / 2**20:.1f} MiB"]
+            for stat in now.compare_to(first, "traceback")[:12]:
+                lines.append(f"{stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  "
+                             + " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}"
+                                           for f in reversed(stat.traceback)))
+            with open(out, "a") as f:
+                f.write("\n".join(lines) + "\n")
+
+    threading.Thread(target=report, daemon=True, name="soak-tracemalloc").start()
+
+
+if os.environ.get(TRACE_ENV) and os.environ.get(RECORD_ENV) and \
+        sys.argv[:1] != [__file__] and __name__ != "__main__":
+    _trace_memory(float(os.environ[TRACE_ENV]), os.environ[RECORD_ENV] + ".tracemalloc")
 
 
 @app.task(queue=QUEUE, name="soak.tick")
@@ -353,6 +386,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log = open(out / f"{name}.worker.log", "wb")  # noqa: SIM115 (closed in the finally)
     env = {**os.environ, "LEASEQ_BENCH_URL": args.url, "LEASEQ_BENCH_PREFIX": prefix,
            RECORD_ENV: str(record),
+           **({TRACE_ENV: str(args.tracemalloc)} if args.tracemalloc else {}),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     worker = subprocess.Popen(
         [sys.executable, "-m", "leaseq.cli", "worker", "benchmarks.soak:app", "--queues", QUEUE,
@@ -469,6 +503,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     write(out / name, rows, summary, marks, wall0, args)
     with contextlib.suppress(OSError):
         record.unlink()
+    with contextlib.suppress(OSError):
+        os.replace(f"{record}.tracemalloc", out / f"{name}.tracemalloc.txt")
     return summary
 
 
@@ -758,6 +794,9 @@ def main() -> None:
     p.add_argument("--hold-minutes", type=float, default=10.0)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"))
     p.add_argument("--keep", action="store_true", help="do not drop the tables at the end")
+    p.add_argument("--tracemalloc", type=float, default=None, metavar="SECONDS",
+                   help="profile the workers' memory: every SECONDS, the biggest growths "
+                        "since the first report go to <out>/<run>.records.tracemalloc")
     p.add_argument("worker_args", nargs="*", help="more `leaseq worker` options, after --")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, _interrupt)
