@@ -273,9 +273,11 @@ class Server:
             cur.execute(sql, args)
             return cur.fetchall()
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self, final: bool = False) -> dict[str, Any]:
         jobs, history = self.prefix + "jobs", self.prefix + "history"
         row: dict[str, Any] = {}
+        if final and self.backend == "mysql":  # TABLES' lengths are as of the last ANALYZE
+            self._my(f"ANALYZE TABLE {jobs}, {history}")
         if self.backend == "postgres":
             for name, table in (("jobs", jobs), ("history", history)):
                 (rel, idx, live, dead, vacs), = self._pg(
@@ -448,7 +450,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 **{f"rss_w{i + 1}_kib": status_kib(pid) for i, pid in enumerate(pids)},
                 "rss_supervisor_kib": status_kib(worker.pid),
                 "worker_connections": worker_connections(live, server.port, server.path),
-                **server.sample(),
+                **server.sample(final),
                 "held": int("hold_start" in marks and "hold_end" not in marks),
                 "load1": os.getloadavg()[0], "cpu_busy": round(busy, 3),
                 "workers_alive": len(live),
@@ -546,9 +548,8 @@ def summarize(args: argparse.Namespace, backend: str, rows: list[dict[str, Any]]
     final = rows[-1]
     if "jobs_bytes" in base and base.get("jobs_bytes") is not None:
         def size(r: dict[str, Any]) -> int:
-            # MariaDB: the tablespace file, not TABLES' estimates (they move with sampling).
-            if "jobs_file_bytes" in r:
-                return int(r["jobs_file_bytes"] or 0)
+            # MariaDB: TABLES' data and index lengths, the pages in use (the last sample
+            # runs ANALYZE first); its tablespace file only grows, and is reported apart.
             return int((r["jobs_bytes"] or 0) + (r.get("jobs_index_bytes") or 0))
 
         size0, size1 = size(base), size(final)
