@@ -512,3 +512,20 @@ def test_scripts_flushed_over_and_over_never_fail_a_call(private_redis: PrivateR
             flusher.join()
         assert flushes[0] > 50
         assert q.stats()["q"].available == 400
+
+
+def test_remembered_queues_share_one_string_per_name() -> None:
+    """The id → queue memory holds up to ``Located.SIZE`` jobs; each entry must not keep
+    its own copy of the queue name decoded from its reply (issue 23's soak: ~4 MiB more
+    per worker once full)."""
+    from leaseq.backends.redis.ops import Located
+
+    located = Located()
+    for job_id in range(1, 1001):
+        located.put(job_id, "".join(["mail", "-", "eu"]))  # a new str each time
+    names = {id(located.get(job_id)) for job_id in range(1, 1001)}
+    assert len(names) == 1 and located.get(500) == "mail-eu"
+    bounded = Located()
+    for job_id in range(Located.SIZE + 10):
+        bounded.put(job_id, "q")
+    assert bounded.get(9) is None and bounded.get(10) == bounded.get(Located.SIZE + 9) == "q"
