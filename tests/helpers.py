@@ -139,6 +139,39 @@ def drop_tables(backend: str, prefix: str) -> None:
             cluster.close()
 
 
+@contextmanager
+def held_transaction(engine: str, table: str) -> Iterator[float]:
+    """A snapshot transaction on a PostgreSQL (``engine`` "postgres") or MariaDB ("mysql")
+    connection of its own, its snapshot taken by one SELECT of ``table``, held until the
+    block ends (reliability research S11); yields the monotonic time just before it began."""
+    began = time.monotonic()
+    if engine == "postgres":
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL) as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            try:
+                yield began
+            finally:
+                conn.rollback()
+        return
+    import pymysql
+
+    parts = urlsplit(MYSQL_URL)
+    my = pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
+                         password=parts.password or "", database=parts.path.lstrip("/"))
+    try:
+        with my.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cur.execute(f"SELECT count(*) FROM {table}")
+            cur.fetchall()
+        yield began
+    finally:
+        my.rollback()
+        my.close()
+
+
 def redis_cluster() -> Any:
     """A redis-py ``RedisCluster`` client on the test cluster (``REDIS_CLUSTER_URL``)."""
     from redis.cluster import RedisCluster

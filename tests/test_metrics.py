@@ -32,7 +32,15 @@ from leaseq.metrics import (
     render_queue_state,
 )
 from tests.conftest import require
-from tests.helpers import POSTGRES_URL, REDIS_URL, drop_tables, new_prefix, running, wait_for
+from tests.helpers import (
+    POSTGRES_URL,
+    REDIS_URL,
+    drop_tables,
+    held_transaction,
+    new_prefix,
+    running,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,6 +150,39 @@ def test_queue_families_on_every_backend(q: leaseq.Queue) -> None:
     assert age["cfg"] == 0  # nothing due: 0, not absent
     assert age["m"] >= 0 and age["p"] >= 0
     assert value(found, "leaseq_scrape_error") == 0
+    # The server's oldest open transaction: a gauge where the backend has such a thing.
+    held = value(found, "leaseq_db_oldest_transaction_age_seconds")
+    if q.backend in ("postgres", "mysql"):
+        assert held is not None and held >= 0
+    else:
+        assert held is None
+
+
+@pytest.mark.parametrize("backend", ["postgres", "mysql"])
+def test_the_transaction_age_gauge_shows_a_held_snapshot(q: leaseq.Queue, prefix: str) -> None:
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(q, cache_seconds=0))
+    with held_transaction(q.backend, f"{prefix}jobs"):
+        wait_for(lambda: (value(scrape(registry), "leaseq_db_oldest_transaction_age_seconds")
+                          or 0) >= 1.5, message="the gauge to pass 1.5 s")
+
+
+def test_a_failed_transaction_age_read_leaves_only_its_gauge_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refused() -> float | None:
+        raise leaseq.BackendError("PROCESS privilege required (test)")
+
+    with leaseq.connect("memory://") as q:
+        q.enqueue("a", {})
+        collector = QueueCollector(q.stats, cache_seconds=0, transactions=refused)
+        found = samples(render(collector))
+        assert value(found, "leaseq_jobs", queue="a", state="available") == 1
+        assert value(found, "leaseq_scrape_error") == 0
+        assert value(found, "leaseq_db_oldest_transaction_age_seconds") is None
+        assert "PROCESS privilege" in caplog.text
+        collector = QueueCollector(q.stats, cache_seconds=0, transactions=lambda: 7.5)
+        assert value(samples(render(collector)), "leaseq_db_oldest_transaction_age_seconds") == 7.5
 
 
 def test_render_queue_state_is_the_text_format_of_a_snapshot() -> None:
@@ -157,6 +198,9 @@ def test_render_queue_state_is_the_text_format_of_a_snapshot() -> None:
     assert [f.name for f in queue_state_metrics(stats)] == [
         "leaseq_jobs", "leaseq_history_jobs", "leaseq_queue_paused",
         "leaseq_queue_oldest_available_age_seconds"]
+    with_age = samples(render_queue_state(stats, transaction_age=90.0))
+    assert value(with_age, "leaseq_db_oldest_transaction_age_seconds") == 90.0
+    assert value(found, "leaseq_db_oldest_transaction_age_seconds") is None
     # No queues: the families without samples, and a good read.
     assert samples(render_queue_state({})) == {("leaseq_scrape_error", ()): 0.0}
     assert samples(render_queue_state(None)) == {("leaseq_scrape_error", ()): 1.0}

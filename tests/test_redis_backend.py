@@ -486,3 +486,46 @@ def test_a_server_killed_mid_drain_loses_nothing_under_appendfsync_always(
         done.set()
         for t in threads:
             t.join(10)
+
+
+def test_scripts_flushed_over_and_over_never_fail_a_call(private_redis: PrivateRedis) -> None:
+    """A ``SCRIPT FLUSH`` (another tool, a restart, a failover) between a ``SCRIPT LOAD``
+    and the ``EVALSHA`` after it used to fail the call with ``NOSCRIPT`` (a soak producer
+    died of it, issue 23): the script is now sent with ``EVAL``, which leaves no window."""
+    stop = threading.Event()
+    flushes = [0]
+
+    def flush() -> None:
+        client = redis.Redis(port=private_redis.port)
+        while not stop.is_set():
+            client.script_flush()
+            flushes[0] += 1
+
+    flusher = threading.Thread(target=flush)
+    with leaseq.connect(private_redis.url, reclaim_interval=None) as q:
+        flusher.start()
+        try:
+            for i in range(100):
+                q.enqueue("q", {"i": i})
+        finally:
+            stop.set()
+            flusher.join()
+        assert flushes[0] > 20
+        assert q.stats()["q"].available == 100
+
+
+def test_remembered_queues_share_one_string_per_name() -> None:
+    """The id → queue memory holds up to ``Located.SIZE`` jobs; each entry must not keep
+    its own copy of the queue name decoded from its reply (issue 23's soak: ~4 MiB more
+    per worker once full)."""
+    from leaseq.backends.redis.ops import Located
+
+    located = Located()
+    for job_id in range(1, 1001):
+        located.put(job_id, "".join(["mail", "-", "eu"]))  # a new str each time
+    names = {id(located.get(job_id)) for job_id in range(1, 1001)}
+    assert len(names) == 1 and located.get(500) == "mail-eu"
+    bounded = Located()
+    for job_id in range(Located.SIZE + 10):
+        bounded.put(job_id, "q")
+    assert bounded.get(9) is None and bounded.get(10) == bounded.get(Located.SIZE + 9) == "q"

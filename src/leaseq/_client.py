@@ -38,6 +38,7 @@ from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
 from leaseq.errors import (
+    BackendError,
     InvalidArgument,
     JobCancelled,
     LeaseLost,
@@ -461,8 +462,25 @@ class Queue(Shared):
         return self._backend.stats()
 
     def server_stats(self) -> ServerStats:
-        """Totals over every queue, with the backend's name and its server's version."""
-        return self._totals(self._backend.stats(), self.backend, self._backend.server_version())
+        """Totals over every queue, with the backend's name, its server's version and the
+        age of the oldest transaction open on the server (``oldest_transaction_age``;
+        None where the backend has none, or when the user may not see it)."""
+        stats, version = self._backend.stats(), self._backend.server_version()
+        try:
+            age = self._backend.oldest_transaction_age()
+        except BackendError as exc:
+            age = self._unseen(exc)
+        return self._totals(stats, self.backend, version, age)
+
+    def oldest_transaction_age(self) -> float | None:
+        """Seconds the oldest transaction open on the database server has been open (0.0
+        when none is): PostgreSQL's oldest ``xact_start`` of a client session on this
+        database (``pg_stat_activity``), MariaDB/MySQL's oldest ``trx_started``
+        (``information_schema.INNODB_TRX``, which needs the PROCESS privilege). None on
+        SQLite, Redis and memory, which keep no old row versions for a reader. A
+        transaction held open for minutes keeps every row deleted since it began:
+        claims slow down and the tables bloat (docs/operations.md has the alert)."""
+        return self._backend.oldest_transaction_age()
 
     def jobs(
         self,
@@ -913,8 +931,16 @@ class AsyncQueue(Shared):
 
     async def server_stats(self) -> ServerStats:
         """See ``Queue.server_stats``."""
-        return self._totals(await self._backend.stats(), self.backend,
-                            await self._backend.server_version())
+        stats, version = await self._backend.stats(), await self._backend.server_version()
+        try:
+            age = await self._backend.oldest_transaction_age()
+        except BackendError as exc:
+            age = self._unseen(exc)
+        return self._totals(stats, self.backend, version, age)
+
+    async def oldest_transaction_age(self) -> float | None:
+        """See ``Queue.oldest_transaction_age``."""
+        return await self._backend.oldest_transaction_age()
 
     async def jobs(
         self,

@@ -37,6 +37,8 @@ from leaseq._core.job import (
 from leaseq._core.settings import Settings
 from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome, StepItem
 from leaseq.errors import (
+    BackendError,
+    BackendUnavailable,
     ClientClosed,
     InvalidArgument,
     JobCancelled,
@@ -483,7 +485,17 @@ class Shared:
         return v.queue_name(queue), state, v.integer("limit", limit, 1, 10_000)
 
     @staticmethod
-    def _totals(stats: dict[str, QueueStats], backend: str, version: str) -> ServerStats:
+    def _unseen(exc: BackendError) -> None:
+        """``server_stats`` without the transaction age when the server refused to show
+        it (MariaDB without the PROCESS privilege): the totals still matter more. An
+        unreachable server is still raised."""
+        if isinstance(exc, BackendUnavailable):
+            raise exc
+        _log.debug("oldest transaction age not readable: %s", exc)
+
+    @staticmethod
+    def _totals(stats: dict[str, QueueStats], backend: str, version: str,
+                oldest_transaction: float | None = None) -> ServerStats:
         ages = [s.oldest_available_age for s in stats.values()
                 if s.oldest_available_age is not None]
         return ServerStats(
@@ -494,6 +506,7 @@ class Shared:
             oldest_available_age=max(ages) if ages else None,
             backend=backend,
             server_version=version,
+            oldest_transaction_age=oldest_transaction,
         )
 
     @staticmethod

@@ -8,8 +8,9 @@ on. Every metric is described in docs/operations.md.
 * ``QueueCollector(source)``: the ``leaseq_jobs``, ``leaseq_history_jobs``,
   ``leaseq_queue_paused`` and ``leaseq_queue_oldest_available_age_seconds`` gauges from one
   ``Queue.stats()`` call per scrape, kept for ``cache_seconds``, plus
-  ``leaseq_scrape_error``. Register it in a registry of your own:
-  ``registry.register(QueueCollector(leaseq.connect(url)))``.
+  ``leaseq_scrape_error``, and ``leaseq_db_oldest_transaction_age_seconds`` (PostgreSQL
+  and MariaDB/MySQL: ``Queue.oldest_transaction_age()``, read with it). Register it in a
+  registry of your own: ``registry.register(QueueCollector(leaseq.connect(url)))``.
 * ``queue_state_metrics(stats)`` / ``render_queue_state(stats)``: the same families for a
   snapshot you already read, as metric objects or as the text exposition format
   (``CONTENT_TYPE``).
@@ -123,12 +124,27 @@ def queue_state_metrics(stats: Mapping[str, QueueStats]) -> list[Metric]:
     return [jobs, history, paused, age]
 
 
-def render_queue_state(stats: Mapping[str, QueueStats] | None) -> bytes:
+def render_queue_state(stats: Mapping[str, QueueStats] | None, *,
+                       transaction_age: float | None = None) -> bytes:
     """``queue_state_metrics(stats)`` and ``leaseq_scrape_error`` in the Prometheus text
-    exposition format (serve it with ``Content-Type: CONTENT_TYPE``). Pass None when the
-    read failed: only ``leaseq_scrape_error 1`` is rendered, as ``QueueCollector`` does."""
+    exposition format (serve it with ``Content-Type: CONTENT_TYPE``), with
+    ``leaseq_db_oldest_transaction_age_seconds`` when ``transaction_age`` is given. Pass
+    None when the read failed: only ``leaseq_scrape_error 1`` is rendered, as
+    ``QueueCollector`` does."""
     families = [] if stats is None else queue_state_metrics(stats)
+    if stats is not None and transaction_age is not None:
+        families.append(transaction_age_metric(transaction_age))
     return prometheus_client.generate_latest(_Fixed([*families, _scrape_error(stats is None)]))
+
+
+def transaction_age_metric(age: float) -> Metric:
+    """``leaseq_db_oldest_transaction_age_seconds``: how long the oldest transaction open
+    on the database server has been open (``Queue.oldest_transaction_age``)."""
+    return GaugeMetricFamily(
+        "leaseq_db_oldest_transaction_age_seconds",
+        "Seconds the oldest transaction open on the database server has been open; one "
+        "held for minutes stops vacuum (PostgreSQL) or the purge (MariaDB) and slows claims.",
+        value=age)
 
 
 def _scrape_error(failed: bool) -> Metric:
@@ -148,6 +164,7 @@ class _Fixed(Collector):
 
 
 StatsSource = Callable[[], Mapping[str, QueueStats]]
+AgeSource = Callable[[], "float | None"]
 
 
 class QueueCollector(Collector):
@@ -159,18 +176,28 @@ class QueueCollector(Collector):
         cache_seconds: A scrape within this many seconds of the last read reuses its
             snapshot (or its failure), so several Prometheus servers or dashboards
             scraping at once cost one query.
+        transactions: Returns the age of the server's oldest open transaction, or None
+            where there is no such thing; by default ``source.oldest_transaction_age``
+            when ``source`` is a ``Queue``. Its gauge is left out when it returns None
+            or fails (a MariaDB user without the PROCESS privilege; logged once).
 
     When the read fails, the scrape still answers: the queue families are left out (stale
     or guessed counts would mislead), ``leaseq_scrape_error`` is 1 and a warning is
     logged. ``leaseq_scrape_error`` is 0 after a good read.
     """
 
-    def __init__(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0) -> None:
+    def __init__(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0,
+                 transactions: AgeSource | None = None) -> None:
         self._read: StatsSource = source.stats if isinstance(source, Queue) else source
+        if transactions is None and isinstance(source, Queue):
+            transactions = source.oldest_transaction_age
+        self._age_of: AgeSource | None = transactions
         self.cache_seconds = cache_seconds
         self._lock = threading.Lock()  # the HTTP server scrapes from a thread per request
         self._at = float("-inf")
         self._snapshot: Mapping[str, QueueStats] | None = None
+        self._age: float | None = None
+        self._age_failed = False
 
     def snapshot(self) -> Mapping[str, QueueStats] | None:
         """The stats of the last read, reading again when it is older than
@@ -183,19 +210,36 @@ class QueueCollector(Collector):
                 except Exception as exc:  # a scrape must never take its process down
                     log.warning("leaseq metrics: reading queue stats failed: %s", exc)
                     self._snapshot = None
+                self._age = self._read_age() if self._snapshot is not None else None
                 # Stamped after the read: a slow read is not repeated by the next scrape.
                 self._at = time.monotonic()
             return self._snapshot
 
+    def _read_age(self) -> float | None:
+        if self._age_of is None:
+            return None
+        try:
+            return self._age_of()
+        except Exception as exc:  # no PROCESS privilege: the queue families still count
+            if not self._age_failed:
+                log.warning("leaseq metrics: reading the oldest transaction's age failed "
+                            "(leaving its gauge out): %s", exc)
+            self._age_failed = True
+            return None
+
     def collect(self) -> Iterable[Metric]:
-        """The queue families and ``leaseq_scrape_error``."""
+        """The queue families, the transaction age (where there is one) and
+        ``leaseq_scrape_error``."""
         stats = self.snapshot()
         families = [] if stats is None else queue_state_metrics(stats)
+        if self._age is not None:
+            families.append(transaction_age_metric(self._age))
         return [*families, _scrape_error(stats is None)]
 
     def describe(self) -> Iterable[Metric]:
         """The family names, without reading the database (for registration)."""
         return [*queue_state_metrics({}),
+                *([transaction_age_metric(0.0)] if self._age_of is not None else []),
                 GaugeMetricFamily("leaseq_scrape_error", "", value=0.0)]
 
 
@@ -293,10 +337,11 @@ class _Served(Collector):
         self.registry = registry if registry is not None else CollectorRegistry()
         self._servers: list[WSGIServer] = []
 
-    def watch(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0
-              ) -> QueueCollector:
+    def watch(self, source: Queue | StatsSource, *, cache_seconds: float = 1.0,
+              transactions: AgeSource | None = None) -> QueueCollector:
         """Registers a ``QueueCollector`` on ``source`` in this registry too."""
-        collector = QueueCollector(source, cache_seconds=cache_seconds)
+        collector = QueueCollector(source, cache_seconds=cache_seconds,
+                                   transactions=transactions)
         self.registry.register(collector)
         return collector
 

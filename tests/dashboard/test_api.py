@@ -3,6 +3,7 @@ shows, each action and its effect in the database, and the error statuses."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 import leaseq
 from leaseq.dashboard import create_app
 from tests.dashboard.conftest import Serve, csrf_of, make_completed, make_dead
+from tests.helpers import held_transaction, wait_for
 
 
 def test_queues_api_matches_stats(q: leaseq.Queue, http: httpx.Client) -> None:
@@ -231,3 +233,24 @@ def test_metrics_report_a_failed_read_as_scrape_error(serve: Serve, tmp_path: Pa
         assert "leaseq_jobs" not in families
         assert client.get("/api/queues").status_code == 503
         assert client.get("/").status_code == 503
+
+
+def test_overview_shows_the_oldest_transaction_where_the_server_has_one(
+    q: leaseq.Queue, http: httpx.Client, prefix: str
+) -> None:
+    q.enqueue("tx", {})
+    if q.backend not in ("postgres", "mysql"):  # no such thing: null, and no card
+        assert http.get("/api/queues").json()["totals"]["oldest_transaction_age"] is None
+        assert 'data-total="oldest_transaction_age"' not in http.get("/").text
+        return
+    assert http.get("/api/queues").json()["totals"]["oldest_transaction_age"] >= 0
+    with held_transaction(q.backend, f"{prefix}jobs"):
+        wait_for(lambda: http.get("/api/queues").json()["totals"]["oldest_transaction_age"]
+                 >= 1.5, message="the held transaction's age on /api/queues")
+        page = http.get("/").text
+        assert 'data-total="oldest_transaction_age"' in page
+        assert "oldest db transaction" in page
+        wait_for(lambda: (metric := re.search(
+            r"^leaseq_db_oldest_transaction_age_seconds (\S+)$", http.get("/metrics").text,
+            re.MULTILINE)) is not None and float(metric.group(1)) >= 1.5,
+            message="the gauge on /metrics")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 import leaseq
 from tests.dashboard.conftest import HOSTILE, Serve, make_dead
-from tests.helpers import wait_for
+from tests.helpers import held_transaction, wait_for
 
 CHROMIUM = os.environ.get("LEASEQ_TEST_CHROMIUM", "/usr/bin/chromium")
 TIMEOUT_MS = 15_000
@@ -99,6 +100,22 @@ def test_overview_updates_without_reload(q: leaseq.Queue, tab: Tab) -> None:
     assert page.evaluate("() => window.__same_page") is True  # no reload happened
     page.click('tr[data-queue="arrived-later"] a')
     tab.wait_text("#queue-name", "arrived-later")
+    assert tab.errors == []
+
+
+def test_overview_card_follows_the_oldest_transaction(q: leaseq.Queue, tab: Tab,
+                                                     prefix: str) -> None:
+    if q.backend not in ("postgres", "mysql"):
+        pytest.skip("no transaction age on this backend (tests/dashboard/test_api.py "
+                    "checks the card is left out)")
+    page = tab.open("/")
+    card = page.locator('[data-total="oldest_transaction_age"]')
+    with held_transaction(q.backend, f"{prefix}jobs"):
+        # The card counts up without a reload: "N.N s" past 2 s (others' sessions may be
+        # older, so only a lower bound).
+        wait_for(lambda: (m := re.fullmatch(r"([\d.]+) s|(\d+) min", card.inner_text()))
+                 is not None and (m.group(2) is not None or float(m.group(1)) >= 2.0),
+                 timeout=15, message="the card to pass 2 s")
     assert tab.errors == []
 
 

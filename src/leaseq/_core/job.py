@@ -288,6 +288,9 @@ class ServerStats:
             due; None when none is due.
         backend: memory, sqlite, postgres, mysql or redis.
         server_version: The database server's version.
+        oldest_transaction_age: Seconds the oldest transaction open on the server has been
+            open (``Queue.oldest_transaction_age``); None on SQLite, Redis and memory, or
+            when the server would not say.
     """
 
     queues: int
@@ -301,6 +304,7 @@ class ServerStats:
     oldest_available_age: float | None
     backend: str
     server_version: str
+    oldest_transaction_age: float | None = None
 
     def as_dict(self) -> dict[str, str | int | float | None]:
         """The totals as a plain dict (for JSON output)."""

@@ -23,7 +23,8 @@ REPEATABLE = frozenset({
     # settings and pause store the same values, and reads change nothing.
     "claim", "renew", "complete", "complete_many", "complete_steps", "renew_many", "reclaim",
     "configure_queue", "set_paused",
-    "get", "stats", "peek", "queue_configs", "server_version", "list_jobs", "paused",
+    "get", "stats", "peek", "queue_configs", "server_version", "oldest_transaction_age",
+    "list_jobs", "paused",
     "next_due", "get_flow",
 })
 # A write leaseq does not repeat (enqueue, nack, ...) whose connection dropped may have
@@ -31,7 +32,8 @@ REPEATABLE = frozenset({
 UNKNOWN = ("; if the connection dropped after the request was sent, the write may have "
            "committed: its outcome is unknown (repeat an enqueue only with a unique_key; "
            "see docs/reliability.md)")
-READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "list_jobs",
+READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version",
+                   "oldest_transaction_age", "list_jobs",
                    "paused", "next_due", "get_flow"})
 
 
@@ -157,6 +159,9 @@ class PlanBackend:
 
     def server_version(self) -> Any:
         return self.run("server_version", self.ops.server_version)
+
+    def oldest_transaction_age(self) -> Any:
+        return self.run("oldest_transaction_age", self.ops.oldest_transaction_age)
 
     def set_paused(self, queue: str, paused: bool) -> Any:
         return self.run("set_paused", lambda: self.ops.set_paused(queue, paused))

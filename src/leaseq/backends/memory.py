@@ -620,6 +620,9 @@ class MemoryBackend:
     def server_version(self) -> str:
         return f"in-process (Python {platform.python_version()})"
 
+    def oldest_transaction_age(self) -> float | None:
+        return None
+
     def paused(self) -> list[str]:
         with self.lock:
             return sorted(self.paused_queues)

@@ -549,7 +549,8 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
         recorder = WorkerMetrics()
         # The app's own client, opened by the first scrape (not at start) and shared with
         # handlers that enqueue: no connection pool of its own.
-        recorder.watch(lambda: app.queue.stats())
+        recorder.watch(lambda: app.queue.stats(),
+                       transactions=lambda: app.queue.oldest_transaction_age())
         recorder.serve(metrics_port, metrics_host)
     sys.exit(options.build(app, metrics=recorder).run())
 

@@ -38,6 +38,7 @@ from leaseq.dashboard.security import (
 )
 from leaseq.errors import (
     BackendError,
+    BackendUnavailable,
     InvalidArgument,
     JobNotFound,
     JobStateError,
@@ -109,6 +110,9 @@ class Source:
         self._reading = asyncio.Lock()
         self._stats: dict[str, QueueStats] = {}
         self._read_at = float("-inf")
+        self._age: float | None = None
+        self._age_at = float("-inf")
+        self._age_failed = False
         self.samples: deque[tuple[float, dict[str, int]]] = deque(maxlen=SAMPLES)
 
     async def queue(self) -> leaseq.AsyncQueue:
@@ -127,6 +131,23 @@ class Source:
                 self._stats, self._read_at = stats, time.monotonic()
                 self._sample(stats)
         return self._stats
+
+    async def transaction_age(self) -> float | None:
+        """``AsyncQueue.oldest_transaction_age``, cached as the counts are; None where the
+        backend has none or the server refused it (a MariaDB user without the PROCESS
+        privilege: logged once, and the dashboard goes on without it)."""
+        if time.monotonic() - self._age_at >= STATS_TTL:
+            try:
+                self._age = await (await self.queue()).oldest_transaction_age()
+            except BackendUnavailable:
+                raise
+            except BackendError as exc:
+                if not self._age_failed:
+                    log.warning("leaseq dashboard: the oldest transaction's age is not "
+                                "readable (shown as unknown): %s", exc)
+                self._age, self._age_failed = None, True
+            self._age_at = time.monotonic()
+        return self._age
 
     def forget(self) -> None:
         """After an action, so the next read shows its effect."""
@@ -179,7 +200,8 @@ def queue_json(s: QueueStats, source: Source) -> dict[str, Any]:
     return {**s.as_dict(), "throughput": series[-1] if series else 0.0, "series": series}
 
 
-def totals(stats: Mapping[str, QueueStats]) -> dict[str, Any]:
+def totals(stats: Mapping[str, QueueStats], transaction_age: float | None = None
+           ) -> dict[str, Any]:
     fields = ("available", "scheduled", "running", "dead", "completed", "cancelled",
               "discarded")
     total: dict[str, Any] = {f: sum(getattr(s, f) for s in stats.values()) for f in fields}
@@ -187,6 +209,7 @@ def totals(stats: Mapping[str, QueueStats]) -> dict[str, Any]:
     total["queues"] = len(stats)
     total["paused"] = sum(s.paused for s in stats.values())
     total["oldest_available_age"] = max(ages) if ages else None
+    total["oldest_transaction_age"] = transaction_age
     return total
 
 
@@ -333,7 +356,7 @@ class Dashboard:
     async def overview(self, request: Request) -> Response:
         stats = await self.source.stats()
         return self.page(request, "overview.html", queues=list(stats.values()),
-                         totals=totals(stats))
+                         totals=totals(stats, await self.source.transaction_age()))
 
     async def queue_page(self, request: Request) -> Response:
         aq = await self.source.queue()
@@ -422,7 +445,7 @@ class Dashboard:
         stats = await self.source.stats()
         return JSONResponse({
             "queues": [queue_json(s, self.source) for s in stats.values()],
-            "totals": totals(stats),
+            "totals": totals(stats, await self.source.transaction_age()),
             "series": self.source.series(None),
             "read_only": self.read_only,
         })
@@ -500,14 +523,17 @@ class Dashboard:
         from leaseq import metrics  # prometheus-client, only when scraped
 
         stats: dict[str, QueueStats] | None
+        age = None
         try:
             stats = await self.source.stats()
+            age = await self.source.transaction_age()
         except BackendError as exc:
             # Prometheus keeps scraping a 200 and alerts on leaseq_scrape_error; a 503
             # would only show as the target being down.
             log.warning("leaseq dashboard: reading queue stats for /metrics failed: %s", exc)
             stats = None
-        return Response(metrics.render_queue_state(stats), media_type=metrics.CONTENT_TYPE)
+        return Response(metrics.render_queue_state(stats, transaction_age=age),
+                        media_type=metrics.CONTENT_TYPE)
 
     # -- wiring --------------------------------------------------------------------------
 

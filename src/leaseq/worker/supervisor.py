@@ -398,7 +398,8 @@ class Supervisor:
         app = self.app or self.options.load()
         # The queue state once for the group, through the app's client of this process
         # (opened by the first scrape).
-        metrics.watch(lambda: app.queue.stats())
+        metrics.watch(lambda: app.queue.stats(),
+                      transactions=lambda: app.queue.oldest_transaction_age())
         metrics.serve(self.metrics_port, self.metrics_host)
         self._metrics = metrics
 

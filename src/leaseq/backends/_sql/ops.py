@@ -916,6 +916,11 @@ class SqlOps:
         r = yield Stmt("server_version")
         return str(r.rows[0][0])
 
+    def oldest_transaction_age(self) -> Plan[float | None]:
+        r = yield Stmt("oldest_transaction_age")
+        age = r.rows[0][0]  # SQLite's statement gives NULL; the servers' give 0 or more
+        return None if age is None else float(age)
+
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
         kind: str | None = None, unique_key: str | None = None,

@@ -541,6 +541,13 @@ SELECT name, paused FROM {prefix}queues;
 -- name: server_version
 SELECT VERSION();
 
+-- name: oldest_transaction_age
+-- The ServerStats gauge: seconds since the oldest open InnoDB transaction began, server-wide
+-- (the purge is server-wide too). Needs the PROCESS privilege; trx_started has whole
+-- seconds.
+SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, min(trx_started), NOW(6)) / 1e6, 0)
+FROM information_schema.INNODB_TRX;
+
 -- name: lock_limits
 -- A claim of queues with limits: their settings rows, locked in name order (two claims
 -- cannot deadlock) until the claim commits, so claimers of a limited queue count and

@@ -592,6 +592,15 @@ SELECT name, paused FROM {prefix}queues;
 -- name: server_version
 SHOW server_version;
 
+-- name: oldest_transaction_age
+-- The ServerStats gauge: seconds since the oldest transaction of a client session on this
+-- database began (our own counts, so never NULL). Idle sessions have no xact_start; other
+-- backend types (autovacuum, walsender) are left out: vacuum ignores a vacuum's snapshot.
+-- Another role's sessions show xact_start only to roles with pg_read_all_stats.
+SELECT COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(xact_start)), 0)::float8
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend';
+
 -- name: lock_limits
 -- A claim of queues with limits: their settings rows, locked in name order (two claims
 -- cannot deadlock) until the claim commits, so claimers of a limited queue count and

@@ -1,9 +1,9 @@
 """Redis over redis-py: the plans of ``ops.py`` run by a sync and an async runner.
 
 Each runner owns a blocking connection pool (``pool_size`` connections; a caller waits up
-to ``connect_timeout`` for a free one), sends scripts with ``EVALSHA`` and registers them
-with ``SCRIPT LOAD`` when the server answers ``NOSCRIPT``, and translates redis-py's
-exceptions into leaseq's error tree, once, here.
+to ``connect_timeout`` for a free one), sends scripts with ``EVALSHA`` (and with ``EVAL``,
+which caches the script again, when the server answers ``NOSCRIPT``), and translates
+redis-py's exceptions into leaseq's error tree, once, here.
 
 redis-py's own retries are off: after a dropped connection a script may or may not have
 run. As on the SQL backends, only idempotent operations (reads, claim, renew, complete,
@@ -238,8 +238,9 @@ class SyncRunner:
             return self.command("EVALSHA", *args)
         except exceptions.NoScriptError:
             # Not run: the server never saw this script, or forgot it (restart, flush).
-            self.command("SCRIPT LOAD", script.text)
-            return self.command("EVALSHA", *args)
+            # EVAL sends the text and caches it in one step: a SCRIPT LOAD then EVALSHA
+            # fails again when a flush lands in between (seen in a soak, issue 23).
+            return self.command("EVAL", script.text, *args[1:])
 
     def run_waited(self, factory: PlanFactory[T], durability: Durability) -> T:
         """A plan whose writes are each followed by ``WAIT`` on their connection
@@ -391,9 +392,8 @@ class AsyncRunner:
         args = (script.sha, len(call.keys), *call.keys, *call.args)
         try:
             return await self.command("EVALSHA", *args)
-        except exceptions.NoScriptError:
-            await self.command("SCRIPT LOAD", script.text)
-            return await self.command("EVALSHA", *args)
+        except exceptions.NoScriptError:  # as in the sync runner: EVAL, no window
+            return await self.command("EVAL", script.text, *args[1:])
 
     async def run_waited(self, factory: PlanFactory[T], durability: Durability) -> T:
         """See ``SyncRunner.run_waited``."""

@@ -555,6 +555,11 @@ SELECT name, paused FROM {prefix}queues;
 -- name: server_version
 SELECT sqlite_version();
 
+-- name: oldest_transaction_age
+-- SQLite keeps no old row versions for a reader (a WAL reader pins frames, not rows): no
+-- such gauge.
+SELECT NULL;
+
 -- name: lock_limits
 -- A claim of queues with limits: their settings rows (BEGIN IMMEDIATE already serialises
 -- every writer, so nothing to lock), each with the seconds since its bucket was last spent.
