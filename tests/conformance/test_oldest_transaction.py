@@ -23,11 +23,14 @@ def test_oldest_transaction_age_grows_while_another_connection_holds_one(q, back
     assert isinstance(idle, float) and idle >= 0.0
     with held_transaction(engine, f"{prefix}jobs") as began:
         # Other sessions may hold older ones, so the age is only bounded below by ours;
-        # MariaDB's trx_started has whole seconds, hence the second of slack.
+        # MariaDB's trx_started has whole seconds, hence the second of slack. Polled every
+        # 0.25 s: InnoDB refreshes INNODB_TRX only after 0.1 s without a read of it, so
+        # faster polling would read the table as it was before the transaction began.
         first = wait_for(lambda: (age := q.oldest_transaction_age()) is not None
-                         and age >= 0.5 and age, timeout=10, message="the held transaction")
+                         and age >= 0.5 and age, timeout=10, interval=0.25,
+                         message="the held transaction")
         wait_for(lambda: q.oldest_transaction_age() >= first + 1.0, timeout=10,
-                 message="the age to grow")
+                 interval=0.25, message="the age to grow")
         age = q.server_stats().oldest_transaction_age
         assert age is not None and age >= time.monotonic() - began - 1.0 - 0.5
 

@@ -544,7 +544,8 @@ SELECT VERSION();
 -- name: oldest_transaction_age
 -- The ServerStats gauge: seconds since the oldest open InnoDB transaction began, server-wide
 -- (the purge is server-wide too). Needs the PROCESS privilege; trx_started has whole
--- seconds.
+-- seconds, and InnoDB refreshes the table only after 0.1 s without a read of it (a reader
+-- polling faster sees it as it was).
 SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, min(trx_started), NOW(6)) / 1e6, 0)
 FROM information_schema.INNODB_TRX;
 
