@@ -365,16 +365,21 @@ class AsyncRunner:
                     continue
                 raise failed(exc, self.where, idempotent) from exc
 
-    async def command(self, *args: Any) -> Any:
-        if self.slots is None:
-            return await self.client.execute_command(*args)
+    async def take_slot(self, slots: asyncio.Semaphore) -> None:
+        """One of the cluster client's ``pool_size`` slots, waiting up to
+        ``connect_timeout`` for it as a blocking pool would."""
         try:
-            await asyncio.wait_for(self.slots.acquire(), self.wait)
+            await asyncio.wait_for(slots.acquire(), self.wait)
         except TimeoutError:
             raise BackendUnavailable(
                 f"Redis at {self.where}: no free connection within {self.wait:g} s "
                 "(pool_size)"
             ) from None
+
+    async def command(self, *args: Any) -> Any:
+        if self.slots is None:
+            return await self.client.execute_command(*args)
+        await self.take_slot(self.slots)
         try:
             return await self.client.execute_command(*args)
         finally:
@@ -438,13 +443,7 @@ class AsyncRunner:
             raise exceptions.SlotNotCoveredError(f"no node serves {first_key(call)!r}")
         sent = [redis.asyncio.cluster.PipelineCommand(i, *command)
                 for i, command in enumerate(commands)]
-        try:
-            await asyncio.wait_for(slots.acquire(), self.wait)
-        except TimeoutError:
-            raise BackendUnavailable(
-                f"Redis at {self.where}: no free connection within {self.wait:g} s "
-                "(pool_size)"
-            ) from None
+        await self.take_slot(slots)
         try:
             await node.execute_pipeline(sent)
         finally:
