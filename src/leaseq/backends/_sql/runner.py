@@ -37,6 +37,14 @@ dead network fails within about ``RECONNECT_WINDOW`` + ``max(DETECTION, connect_
 seconds (design §37)."""
 
 
+def failed(runner: SyncRunner | AsyncRunner, exc: BaseException,
+           unrepeated_write: bool) -> LeaseqError:
+    """``exc`` translated by ``runner``; for a write not repeated whose connection
+    dropped, an error that says its outcome is unknown."""
+    error = runner.translate(exc)
+    return outcome_unknown(error) if unrepeated_write and runner.disconnected(exc) else error
+
+
 def retry_pause(attempt: int) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): 2 ms doubling to 0.5 s, with full
     jitter so that transactions that deadlocked together do not collide again."""
@@ -93,13 +101,7 @@ class SyncRunner(ABC):
                     self.recover()
                     time.sleep(0.05 * 2 ** (reconnects - 1))
                     continue
-                raise self.failed(exc, write and not idempotent) from exc
-
-    def failed(self, exc: BaseException, unrepeated_write: bool) -> LeaseqError:
-        """``exc`` translated; for a write not repeated whose connection dropped, an
-        error that says its outcome is unknown."""
-        error = self.translate(exc)
-        return outcome_unknown(error) if unrepeated_write and self.disconnected(exc) else error
+                raise failed(self, exc, write and not idempotent) from exc
 
     def disconnected(self, exc: BaseException) -> bool:
         """True when ``exc`` says the connection to the server was lost."""
@@ -248,10 +250,7 @@ class AsyncRunner(ABC):
                         await self.recover()
                         await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
                         continue
-                    error = self.translate(exc)
-                    if write and not idempotent and self.disconnected(exc):
-                        error = outcome_unknown(error)  # see SyncRunner.failed
-                    raise error from exc
+                    raise failed(self, exc, write and not idempotent) from exc
         return after(result) if after else result
 
     @staticmethod

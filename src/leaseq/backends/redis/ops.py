@@ -21,6 +21,7 @@ as ``""`` (null) or ``"+"`` and the value (``scripts/_common.lua``).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -157,15 +158,14 @@ class Located:
     queue, so holder calls on a job this client has seen skip the index read; a stale
     entry (the data was flushed and ids reused) shows as a missing job and is re-read.
 
-    Every entry shares one string per queue name: each reply decodes the name afresh,
-    and a full map of those copies cost a worker about 4 MiB more (the soak, issue 23)."""
+    Entries hold interned queue names (``sys.intern``): each reply decodes the name
+    afresh, and a full map of those copies cost a worker about 4 MiB more (the soak,
+    issue 23)."""
 
     SIZE = 65536
-    NAMES = 4096
 
     def __init__(self) -> None:
         self._map: dict[int, str] = {}
-        self._names: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def get(self, job_id: int) -> str | None:
@@ -173,9 +173,7 @@ class Located:
 
     def put(self, job_id: int, queue: str) -> None:
         with self._lock:
-            if len(self._names) >= self.NAMES and queue not in self._names:
-                self._names.clear()  # that many queue names: stop sharing, start again
-            self._map[job_id] = self._names.setdefault(queue, queue)
+            self._map[job_id] = sys.intern(queue)
             if len(self._map) > self.SIZE:
                 del self._map[next(iter(self._map))]
 
