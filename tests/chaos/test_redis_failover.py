@@ -92,16 +92,16 @@ def sentinel_topology(folder: Path) -> Iterator[None]:
         pytest.fail("scripts/redis-sentinel is missing (the Sentinel topology script)")
     if shutil.which("redis-server") is None and not os.environ.get("CI"):
         pytest.skip("redis-server is not installed")
-    started = subprocess.run([str(script), "start", str(folder), str(BASE)], timeout=180,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if started.returncode != 0:
-        # The script's first version missed its readiness wait about 1 start in 10 on a
-        # loaded machine (fixed since); one more try (it stopped what it started), and a
-        # second failure fails the test.
-        print(f"scripts/redis-sentinel start failed once: {started.stderr.strip()}")
-        subprocess.run([str(script), "start", str(folder), str(BASE)], check=True,
-                       timeout=180, stdout=subprocess.DEVNULL)
     try:
+        started = subprocess.run([str(script), "start", str(folder), str(BASE)], timeout=180,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if started.returncode != 0:
+            # The script's first version missed its readiness wait about 1 start in 10 on
+            # a loaded machine (fixed since); one more try, and a second failure fails the
+            # test (and still stops whatever it started, by the pids in the folder).
+            print(f"scripts/redis-sentinel start failed once: {started.stderr.strip()}")
+            subprocess.run([str(script), "start", str(folder), str(BASE)], check=True,
+                           timeout=180, stdout=subprocess.DEVNULL)
         yield
     finally:
         subprocess.run([str(script), "stop", str(folder)], check=False, timeout=120,
