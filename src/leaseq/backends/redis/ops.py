@@ -157,29 +157,39 @@ class Located:
     """Job id → queue, remembered from enqueue, claim and locate. A job never changes
     queue, so holder calls on a job this client has seen skip the index read; a stale
     entry (the data was flushed and ids reused) shows as a missing job and is re-read.
+    A completed job is forgotten, so a worker's memory holds about its jobs in flight.
 
-    Entries hold interned queue names (``sys.intern``): each reply decodes the name
-    afresh, and a full map of those copies cost a worker about 4 MiB more (the soak,
-    issue 23)."""
+    Two generations of plain dicts, each up to half of ``SIZE``: when the young one fills
+    it becomes the old one and the old one is dropped whole. A single dict evicting its
+    oldest key (the earlier design) rebuilt its whole table every ~100,000 puts and made
+    each eviction scan the deleted slots at its front; the soak (issue 23) traced a
+    worker's one-off 5 MiB RSS step to one of those rebuilds. Entries hold interned queue
+    names (``sys.intern``): each reply decodes the name afresh."""
 
     SIZE = 65536
 
     def __init__(self) -> None:
-        self._map: dict[int, str] = {}
+        self._young: dict[int, str] = {}
+        self._old: dict[int, str] = {}
         self._lock = threading.Lock()
 
     def get(self, job_id: int) -> str | None:
-        return self._map.get(job_id)
+        queue = self._young.get(job_id)
+        return queue if queue is not None else self._old.get(job_id)
 
     def put(self, job_id: int, queue: str) -> None:
         with self._lock:
-            self._map[job_id] = sys.intern(queue)
-            if len(self._map) > self.SIZE:
-                del self._map[next(iter(self._map))]
+            self._young[job_id] = sys.intern(queue)
+            if len(self._young) >= self.SIZE // 2:
+                self._old, self._young = self._young, {}
 
     def forget(self, job_id: int) -> None:
         with self._lock:
-            self._map.pop(job_id, None)
+            self._young.pop(job_id, None)
+            self._old.pop(job_id, None)
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
 
 
 class RedisOps:
@@ -489,6 +499,7 @@ class RedisOps:
     ) -> Plan[None]:
         refuse_connection(conn)
         yield from self.held("complete", job_id, token, opt(result))
+        self.located.forget(job_id)
 
     def complete_many(self, items: Sequence[tuple[int, int, str | None]]) -> Plan[list[bool]]:
         def item(i: int) -> tuple[int, int, str]:
@@ -499,6 +510,9 @@ class RedisOps:
             [job_id for job_id, _, _ in items],
             lambda run: self.grouped("complete_many", run, item),
         )
+        for (job_id, _, _), reply in zip(items, replies, strict=True):
+            if reply == "ok":
+                self.located.forget(job_id)
         return [reply == "ok" for reply in replies]
 
     # -- chains and groups (docs/workflows.md) -------------------------------------------
