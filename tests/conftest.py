@@ -51,3 +51,16 @@ def q(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
     finally:
         queue.close()
         drop_tables(backend, prefix)
+
+
+# Run alone, after the parallel part of the suite (scripts/test): multi-process scenarios
+# that load both cores, time what a busy machine would stretch, or cut connections and
+# start servers that other tests would feel.
+SERIAL_PATHS = ("tests/chaos/", "tests/test_herd.py", "tests/test_flows_kill.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL_PATHS) or item.nodeid.startswith(
+                tuple(p.removeprefix("tests/") for p in SERIAL_PATHS)):
+            item.add_marker(pytest.mark.serial)

@@ -98,8 +98,9 @@ def reachable(backend: str) -> str | None:
     return None
 
 
-def drop_tables(backend: str, prefix: str) -> None:
-    """Remove the tables a test created under ``prefix``."""
+def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
+    """Remove the tables a test created under ``prefix`` (MariaDB: in ``database``, by
+    default the test URL's)."""
     tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues", "flows",
                                        "flow_parts")]
     if backend in ("postgres", "postgres_pgbouncer"):  # the same server
@@ -114,7 +115,7 @@ def drop_tables(backend: str, prefix: str) -> None:
         parts = urlsplit(MYSQL_URL)
         conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306,
                                user=parts.username, password=parts.password or "",
-                               database=parts.path.lstrip("/"), autocommit=True)
+                               database=database or parts.path.lstrip("/"), autocommit=True)
         with conn.cursor() as cur:
             for t in tables:
                 cur.execute(f"DROP TABLE IF EXISTS {t}")

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import leaseq
 from tests.helpers import (
@@ -61,6 +62,26 @@ class Report:
                 f"{len(self.stale_accepted)}, faults {self.faults}")
 
 
+CHAOS_DB = "leaseq_chaos"
+
+
+def chaos_mysql_url() -> str:
+    """MariaDB has no session name to kill by, so the chaos runs use a database of their
+    own: a connection kill (S5) then hits only them, never a test running alongside."""
+    import pymysql
+
+    parts = urlsplit(MYSQL_URL)
+    conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306,
+                           user=parts.username or "root", password=parts.password or "",
+                           autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {CHAOS_DB}")
+    finally:
+        conn.close()
+    return urlunsplit(parts._replace(path=f"/{CHAOS_DB}"))
+
+
 class Chaos:
     def __init__(self, backend: str, tmp: Path, seed: int, lease: float = 1.5,
                  base: str | None = None) -> None:
@@ -71,7 +92,7 @@ class Chaos:
         self.prefix = new_prefix()
         self.own_server = base is not None
         base = base or {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
-                        "postgres_pgbouncer": PGBOUNCER_URL, "mysql": MYSQL_URL,
+                        "postgres_pgbouncer": PGBOUNCER_URL, "mysql": chaos_mysql_url(),
                         "redis": REDIS_URL}[backend]
         # Workers' PostgreSQL sessions and Redis clients carry a name, so connection kills
         # hit only them, never another program using the same server.
@@ -147,11 +168,10 @@ class Chaos:
         elif self.backend == "mysql":
             import pymysql
 
-            conn = pymysql.connect(host="127.0.0.1", user="root", database="test",
-                                   autocommit=True)
+            conn = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
             with conn.cursor() as cur:
-                cur.execute("SELECT id FROM information_schema.processlist WHERE db = 'test' "
-                            "AND id <> CONNECTION_ID() AND command <> 'Daemon'")
+                cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s "
+                            "AND id <> CONNECTION_ID() AND command <> 'Daemon'", (CHAOS_DB,))
                 for (pid,) in cur.fetchall():
                     # A connection may end by itself meanwhile.
                     with contextlib.suppress(pymysql.err.OperationalError):
@@ -275,4 +295,5 @@ class Chaos:
             self.q.close()
         finally:
             if not self.own_server:
-                drop_tables(self.backend, self.prefix)
+                drop_tables(self.backend, self.prefix,
+                            CHAOS_DB if self.backend == "mysql" else None)
