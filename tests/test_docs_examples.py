@@ -47,6 +47,7 @@ FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]
 MARKER = re.compile(r"<!--\s*(?P<kind>fragment|example)\s*:?\s*(?P<text>.*?)\s*-->\s*$",
                     re.DOTALL)
 MODULE = re.compile(r"^#\s*(?P<name>[A-Za-z_][\w/]*\.py)\s*$")
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 TIMEOUT = 60
 
 
@@ -66,7 +67,13 @@ class Block:
 
     @property
     def is_leaseq_shell(self) -> bool:
-        return any(cmd.split()[:1] == ["leaseq"] for cmd in shell_commands(self.code))
+        for command in shell_commands(self.code):
+            words = command.split()
+            while words and ENV_ASSIGNMENT.match(words[0]):
+                words.pop(0)
+            if words[:1] == ["leaseq"]:
+                return True
+        return False
 
 
 @dataclass
