@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -224,8 +224,8 @@ def run(program: Program, workdir: Path, urls: dict[str, str]) -> None:
         done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True,
                               timeout=TIMEOUT)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{first.where}: still running after {TIMEOUT} s\n{exc.stdout}\n"
-                    f"{exc.stderr}")
+        pytest.fail(f"{first.where}: still running after {TIMEOUT} s\n{exc.stdout!r}\n"
+                    f"{exc.stderr!r}")
     print(f"{first.where}: {time.monotonic() - started:.2f} s")
     if done.returncode != 0:
         pytest.fail(f"{first.where} ({first.lang}) exited {done.returncode}\n--- code\n{code}"
@@ -237,7 +237,9 @@ def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     runs = programs(page)
     servers = any(SERVER_URL.search(block.setup + block.code)
                   for program in runs for block in program.blocks)
-    with databases() if servers else nullcontext({}) as urls:
+    servers_or_none: AbstractContextManager[dict[str, str]] = (
+        databases() if servers else nullcontext({}))
+    with servers_or_none as urls:
         for program in runs:
             run(program, tmp_path, urls)
 
