@@ -67,12 +67,13 @@ class Block:
 
     @property
     def is_leaseq_shell(self) -> bool:
-        for command in shell_commands(self.code):
-            words = command.split()
-            while words and ENV_ASSIGNMENT.match(words[0]):
-                words.pop(0)
-            if words[:1] == ["leaseq"]:
-                return True
+        for line in shell_commands(self.code):
+            for command in re.split(r"&&|\|\||;|\|", line):
+                words = command.split()
+                while words and ENV_ASSIGNMENT.match(words[0]):
+                    words.pop(0)
+                if words[:1] == ["leaseq"]:
+                    return True
         return False
 
 
@@ -260,12 +261,13 @@ def test_the_collector_finds_what_it_should(tmp_path: Path) -> None:
         "<!-- example: continue -->\n```python\nprint(2)\n```\n"
         "<!-- example: setup\ndef send(p): pass\n-->\n```python\nsend(1)\n```\n"
         "```sh\npip install leaseq\n```\n```sh\nleaseq stats  # counts\n```\n"
+        "```sh\npip install -e . && leaseq demo\n```\n"
         "=== \"tab\"\n\n    ```python\n    print(3)\n    ```\n",
         encoding="utf-8")
     blocks = parse(page)
     assert [b.fragment for b in blocks][:2] == [None, "needs a server"]
     assert blocks[2].continues and blocks[3].setup == "def send(p): pass\n"
-    assert [b.is_leaseq_shell for b in blocks[4:6]] == [False, True]
-    assert blocks[6].code == "print(3)\n"
+    assert [b.is_leaseq_shell for b in blocks[4:7]] == [False, True, True]
+    assert blocks[7].code == "print(3)\n"
     runs = programs(page)
-    assert [[b.line for b in r.blocks] for r in runs] == [[1, 10], [16], [22], [27]]
+    assert [[b.line for b in r.blocks] for r in runs] == [[1, 10], [16], [22], [25], [30]]
