@@ -345,3 +345,40 @@ def test_migrate_installs_once_and_upgrades(q: leaseq.Queue, sql: SqlCaller, url
     sql.conn.commit()
     assert len(after) == 1 and after[0][-1] == before[0][-1]
     assert q.get(sql.enqueue("emails", {"ok": 1})).payload == {"ok": 1}
+
+
+def _hammer(backend: str, prefix: str, queue: str, calls: int, key: str | None) -> list[Any]:
+    """One producer process: ``calls`` enqueues, each its own transaction; the ids, or
+    "full" for each refusal by max_jobs."""
+    caller = SqlCaller(backend, prefix)
+    out: list[Any] = []
+    try:
+        for n in range(calls):
+            try:
+                out.append(caller.enqueue(queue, {"n": n}, unique_key=key))
+            except Exception as exc:
+                if "max_jobs" not in str(exc):
+                    raise
+                out.append("full")
+    finally:
+        caller.close()
+    return out
+
+
+def test_concurrent_producers_keep_the_cap_and_the_key(q: leaseq.Queue, backend: str,
+                                                      prefix: str) -> None:
+    """Four processes calling the routine at once: a capped queue ends with exactly
+    max_jobs jobs, and one unique key with one job whose id every call returned."""
+    import multiprocessing
+
+    q.configure_queue("capped", max_jobs=10)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        capped = pool.starmap(_hammer, [(backend, prefix, "capped", 6, None)] * 4)
+        keyed = pool.starmap(_hammer, [(backend, prefix, "keyed", 6, "same")] * 4)
+    made = [r for rs in capped for r in rs if r != "full"]
+    assert len(made) == len(set(made)) == 10
+    assert sum(r == "full" for rs in capped for r in rs) == 14
+    assert q.stats()["capped"].available == 10
+    ids = {r for rs in keyed for r in rs}
+    assert len(ids) == 1 and q.stats()["keyed"].available == 1

@@ -130,10 +130,14 @@ proc: BEGIN
     END IF;
 
     IF v_cap IS NOT NULL THEN
+        -- A locking read: the caller's transaction may be REPEATABLE READ (MySQL's
+        -- default) with a snapshot older than the lock above, which a plain count would
+        -- read, missing the jobs that enqueuers holding the lock before us committed. It
+        -- share-locks at most max_jobs + 1 of the queue's rows until the caller commits.
         SET v_cap_plus = v_cap + 1;
         SELECT COUNT(*) INTO v_live
-        FROM (SELECT 1 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
-              WHERE queue = v_queue LIMIT v_cap_plus) AS live;
+        FROM (SELECT id FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+              WHERE queue = v_queue LIMIT v_cap_plus LOCK IN SHARE MODE) AS live;
         IF v_live > v_cap THEN
             -- A failed CALL keeps its earlier statements' writes: take the row back.
             DELETE FROM {prefix}jobs WHERE id = p_id;
