@@ -23,16 +23,8 @@ from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
-from leaseq.backends._sql.plan import (
-    Plan,
-    Result,
-    Stmt,
-    drive,
-    fingerprint,
-    load_migrations,
-    load_routine,
-    routine_constants,
-)
+from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
+from leaseq.backends._sql.routine import routine_text
 from leaseq.backends._sql.runner import AsyncRunner, Pool, PooledSyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.errors import (
@@ -480,35 +472,12 @@ class MysqlRunner(PooledSyncRunner[Any]):
             conn.close()
 
 
-def routine_params() -> dict[str, str]:
-    """What each parameter of the client's INSERT statements is inside the stored
-    procedure (``enqueue.sql``): its variables, or NULL for what it does not take."""
-    return {
-        "queue": "v_queue", "kind": "v_kind", "payload": "v_payload",
-        "priority": "v_priority", "max_attempts": "v_max_attempts",
-        "unique_key": "v_unique_key", "delay": "v_delay", "run_at": "NULL", "lease": "NULL",
-        "headers": "NULL", "tag": "0",
-    }
-
-
-FINGERPRINT_MARK = "@@fingerprint@@"
-
-
-def routine_text(prefix: str) -> tuple[str, str]:
-    """The ``CREATE PROCEDURE <prefix>enqueue`` statement ``migrate`` installs, and the
-    comment it carries (the fingerprint of the rest of its text)."""
-    text = load_routine(PACKAGE, prefix, routine_params(),
-                        {**routine_constants(), "comment": FINGERPRINT_MARK})
-    mark = f"leaseq enqueue {fingerprint(text)}"
-    return text.replace(FINGERPRINT_MARK, mark), mark
-
-
 def install_routine(cur: Any, d: MysqlDialect) -> None:
     """Creates ``<prefix>enqueue`` unless this version's is installed (its COMMENT holds
     the fingerprint of its text), so a second ``migrate`` changes nothing. MySQL has no
     ``CREATE OR REPLACE PROCEDURE``: an upgrade drops and creates it, and a CALL in
     between fails (once, per upgrade that changes it)."""
-    text, mark = routine_text(d.prefix)
+    text, mark = routine_text("mysql", d.prefix)
     cur.execute(d.q["routine_comment"], {"name": f"{d.prefix}enqueue"})
     row = cur.fetchone()
     if row is not None and row[0] == mark:

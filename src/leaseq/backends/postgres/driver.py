@@ -19,16 +19,8 @@ from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
-from leaseq.backends._sql.plan import (
-    Plan,
-    Result,
-    Stmt,
-    drive,
-    fingerprint,
-    load_migrations,
-    load_routine,
-    routine_constants,
-)
+from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
+from leaseq.backends._sql.routine import ROUTINE_SIGNATURE, routine_text
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.backends.postgres.url import PostgresUrl, parse, with_tcp_defaults
@@ -345,26 +337,6 @@ def connection_options(target: PostgresUrl) -> dict[str, Any]:
     return {"prepare_threshold": None} if target.pgbouncer else {}
 
 
-ROUTINE_SIGNATURE = "(text, jsonb, text, integer, interval, text, integer)"
-"""The argument types of ``<prefix>enqueue``, as ``regprocedure`` spells them."""
-
-
-def routine_params(prefix: str) -> dict[str, str]:
-    """What each parameter of the client's enqueue statements is inside the SQL function
-    (``enqueue.sql``): its variables, or NULL for what the function does not take."""
-    return {
-        "queue": "v_queue", "kind": "v_kind", "payload": "v_payload",
-        "priority": "v_priority", "max_attempts": "v_max_attempts",
-        "unique_key": "v_unique_key", "delay": "v_delay", "run_at": "NULL", "lease": "NULL",
-        "headers": "NULL", "channel": f"'{prefix}jobs'", "cap": "v_cap + 1",
-    }
-
-
-def routine_text(prefix: str) -> str:
-    """The ``CREATE FUNCTION <prefix>enqueue`` statement ``migrate`` installs."""
-    return load_routine(PACKAGE, prefix, routine_params(prefix), routine_constants())
-
-
 def install_routine(conn: psycopg.Connection[Any], d: PostgresDialect) -> None:
     """Creates or replaces ``<prefix>enqueue`` in ``migrate``'s transaction when the
     installed one is not this version's (its comment holds the fingerprint of its text):
@@ -372,8 +344,7 @@ def install_routine(conn: psycopg.Connection[Any], d: PostgresDialect) -> None:
     so a trigger calling it never finds it missing. Other overloads of the name (a later
     version's added argument) are dropped first, so calls keep resolving to one function.
     """
-    text = routine_text(d.prefix)
-    mark = f"leaseq enqueue {fingerprint(text)}"
+    text, mark = routine_text("postgres", d.prefix)
     signature = f"{d.prefix}enqueue{ROUTINE_SIGNATURE}"
     installed = conn.execute(d.q["routine_comment"], {"signature": signature}).fetchone()
     if installed is not None and installed[0] == mark:
