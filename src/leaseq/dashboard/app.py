@@ -695,14 +695,17 @@ def create_app(
     settings: leaseq.Settings | None = None,
     refresh: float = 2.0,
 ) -> Starlette:
-    """The dashboard as an ASGI app for ``url``.
+    """The dashboard as an ASGI app for ``url``: pages, and the JSON API that
+    ``/api/openapi.json`` describes.
 
     Args:
         url: The database URL, as for ``leaseq.connect``. Its password is never shown.
         token: When set, every request must carry it (``Authorization: Bearer <token>``,
             or the cookie the login page sets). Without one, anyone who reaches the app
             may read and act: mount it behind your own authentication, or bind to
-            loopback (the CLI refuses anything else).
+            loopback (the CLI refuses anything else). Enqueueing over HTTP
+            (``POST /api/queues/{name}/jobs``, docs/enqueue-from-sql-and-http.md) always
+            needs it, as a bearer header: without a token that route answers 403.
         read_only: Refuse every action with 403 and hide the buttons.
         table_prefix: Prefix of leaseq's tables (ignored when ``settings`` is given).
         settings: Client settings, for a non-default prefix or pool.
