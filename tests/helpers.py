@@ -109,6 +109,8 @@ def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             for t in tables:
                 conn.execute(f"DROP TABLE IF EXISTS {t}")
+            conn.execute(f"DROP FUNCTION IF EXISTS {prefix}enqueue(text, jsonb, text, integer, "
+                         "interval, text, integer)")
     elif backend == "mysql":
         import pymysql
 
@@ -119,6 +121,7 @@ def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
         with conn.cursor() as cur:
             for t in tables:
                 cur.execute(f"DROP TABLE IF EXISTS {t}")
+            cur.execute(f"DROP PROCEDURE IF EXISTS {prefix}enqueue")
         conn.close()
     elif backend == "redis":
         import redis

@@ -99,7 +99,7 @@ def _duration(name: str, value: object, positive: bool) -> float:
 def _check_setting(name: str, value: object) -> int | float:
     """One queue setting, checked (``configure_queue``)."""
     if name == "max_attempts":
-        return v.integer(name, value, 1, 1_000_000)
+        return v.integer(name, value, 1, v.MAX_ATTEMPTS)
     if name == "max_jobs":
         return v.integer(name, value, 1, 2**53)
     if name == "max_touches":
@@ -244,7 +244,7 @@ class Shared:
                 "max_attempts",
                 self.settings.max_attempts if max_attempts is None else max_attempts,
                 1,
-                1_000_000,
+                v.MAX_ATTEMPTS,
             ),
             lease=None if lease is None else _duration("lease", lease, True),
             unique_for=None if unique_for is None else _duration("unique_for", unique_for, True),

@@ -24,6 +24,8 @@ MAX_HEADERS = 64
 MAX_HEADER_KEY = 100
 MAX_HEADERS_BYTES = 8192
 INT32 = (-(2**31), 2**31 - 1)
+MAX_ATTEMPTS = 1_000_000  # a job's max_attempts, and a queue's
+MAX_SECONDS = 10 * 365 * 86400  # any duration: ten years, beyond that it is a mistake
 
 
 # Names already checked: a producer names the same few queues again and again. Bounded, so
@@ -154,7 +156,7 @@ def seconds(name: str, value: object, *, positive: bool = False) -> float:
     if ok:
         number = float(value)  # type: ignore[arg-type]
         ok = math.isfinite(number) and (number > 0 if positive else number >= 0)
-        ok = ok and number <= 10 * 365 * 86400  # ten years: beyond that it is a mistake
+        ok = ok and number <= MAX_SECONDS
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise InvalidArgument(f"{name} must be a number of seconds {bound}, got {value!r}")

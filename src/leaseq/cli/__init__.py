@@ -113,7 +113,8 @@ def migrate(url: str, table_prefix: str) -> None:
 @click.option("--dialect", type=click.Choice(sorted(DIALECTS)), required=True)
 @click.option("--table-prefix", default="leaseq_", show_default=True)
 def schema(dialect: str, table_prefix: str) -> None:
-    """Print the DDL, for teams that own their migrations."""
+    """Print the DDL, for teams that own their migrations (with the SQL enqueue
+    function or procedure on postgres and mysql)."""
     from leaseq.backends._sql.plan import load_migrations
 
     leaseq.Settings(table_prefix=table_prefix)  # validates the prefix
@@ -121,6 +122,18 @@ def schema(dialect: str, table_prefix: str) -> None:
         click.echo(f"-- leaseq migration {version:04d}_{name} ({dialect})")
         for sql in statements:
             click.echo(sql.rstrip() + ";\n")
+    if dialect in ("postgres", "mysql"):
+        from leaseq.backends._sql.routine import ROUTINE_SIGNATURE, routine_text
+
+        text, mark = routine_text(dialect, table_prefix)
+        click.echo(f"-- leaseq's SQL enqueue entry, {table_prefix}enqueue "
+                   "(docs/enqueue-from-sql-and-http.md)")
+        if dialect == "mysql":  # the mysql client splits at ';' unless told otherwise
+            click.echo(f"DELIMITER //\n{text}\n//\nDELIMITER ;\n")
+        else:
+            click.echo(f"{text};\n")
+            click.echo(f"COMMENT ON FUNCTION {table_prefix}enqueue{ROUTINE_SIGNATURE} "
+                       f"IS '{mark}';\n")
 
 
 # -- jobs ------------------------------------------------------------------------------------

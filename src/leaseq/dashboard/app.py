@@ -28,6 +28,8 @@ from starlette.templating import Jinja2Templates
 
 import leaseq
 from leaseq._core.job import LIVE_STATES, TERMINAL_STATES, JobInfo, QueueStats
+from leaseq.dashboard import openapi
+from leaseq.dashboard.enqueue import BodyTooLarge, body_cap, enqueue_arguments, read_body
 from leaseq.dashboard.security import (
     COOKIE,
     CSRF_FIELD,
@@ -43,6 +45,7 @@ from leaseq.errors import (
     JobNotFound,
     JobStateError,
     LeaseqError,
+    QueueFull,
     ValidationError,
 )
 
@@ -61,6 +64,8 @@ SAMPLE_EVERY = 2.0
 SERIES = 30
 """Throughput points per queue in ``/api/queues`` (the sparkline)."""
 KICK_LIMIT = 10_000
+RETRY_AFTER = 1
+"""Seconds a 429 (a full queue) asks an HTTP producer to wait before trying again."""
 DASH = "\N{EN DASH}"
 
 SECURITY_HEADERS = {
@@ -261,7 +266,11 @@ class Dashboard:
 
     # -- guards --------------------------------------------------------------------------
 
-    def guarded(self, handler: Handler, *, write: bool = False, api: bool = False) -> Handler:
+    def guarded(self, handler: Handler, *, write: bool = False, api: bool = False,
+                bearer: bool = False) -> Handler:
+        """``handler`` behind the token (``bearer``: only as an ``Authorization: Bearer``
+        header, never the session cookie, and never without a token, even on loopback),
+        and for ``write`` behind the read-only switch and the CSRF check."""
         @functools.wraps(handler)
         async def guard(request: Request) -> Response:
             if not self.auth.may_read(request):
@@ -270,6 +279,17 @@ class Dashboard:
                                       "this dashboard needs its token", api=True,
                                       headers={"www-authenticate": 'Bearer realm="leaseq"'})
                 return self.login_page(request, status=401)
+            if bearer and not self.auth.bearer(request):
+                if not self.auth.required:
+                    return self.error(
+                        request, 403, "Forbidden",
+                        "enqueueing over HTTP needs the dashboard to have a token: start it "
+                        "with --token (or LEASEQ_DASHBOARD_TOKEN) and send "
+                        "'Authorization: Bearer <token>'", api=True)
+                return self.error(request, 401, "Unauthorized",
+                                  "send the dashboard's token as 'Authorization: Bearer "
+                                  "<token>' (a login cookie is not enough here)", api=True,
+                                  headers={"www-authenticate": 'Bearer realm="leaseq"'})
             if write:
                 refused = await self.refuse_write(request, api=api)
                 if refused is not None:
@@ -306,6 +326,10 @@ class Dashboard:
             status = 409
         elif isinstance(exc, ValidationError):
             status = 400
+        elif isinstance(exc, QueueFull):
+            # The queue drains as workers finish: a producer may try again shortly.
+            return self.error(request, 429, "QueueFull", str(exc), api=api,
+                              headers={"retry-after": str(RETRY_AFTER)})
         elif isinstance(exc, BackendError):  # unreachable, or SchemaMissing
             status = 503
         # Error texts come from leaseq, which never puts the URL's password in them.
@@ -516,6 +540,25 @@ class Dashboard:
                                     303)
         return JSONResponse({"ok": True, **body})
 
+    async def api_enqueue(self, request: Request) -> Response:
+        """Enqueues a job from a JSON body: 201 when created, 200 when a live job holds
+        the unique key already (its id), 400 for bad input, 413 for a body over the cap,
+        429 for a full queue (``leaseq_error``)."""
+        cap = body_cap(self.source.settings.max_payload_bytes)
+        try:
+            body = await read_body(request, cap)
+        except BodyTooLarge as exc:
+            return self.error(request, 413, "PayloadTooLarge", str(exc), api=True)
+        arguments = enqueue_arguments(body)
+        result = await (await self.source.queue()).enqueue(request.path_params["name"],
+                                                           **arguments)
+        self.source.forget()
+        return JSONResponse({"id": result.id, "created": result.created},
+                            201 if result.created else 200)
+
+    async def api_openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi.document(self.base(request), leaseq.__version__))
+
     async def api_csrf(self, request: Request) -> Response:
         return JSONResponse({"csrf": self.auth.csrf})
 
@@ -552,6 +595,10 @@ class Dashboard:
             Route("/api/csrf", g(self.api_csrf, api=True)),
             Route("/api/queues", g(self.api_queues, api=True)),
             Route("/api/queues/{name}", g(self.api_queue, api=True)),
+            Route("/api/openapi.json", g(self.api_openapi, api=True)),
+            # Before the queue actions, whose {action} would match "jobs" too.
+            Route("/api/queues/{name}/jobs",
+                  g(self.api_enqueue, write=True, api=True, bearer=True), methods=["POST"]),
             Route("/api/queues/{name}/{action:str}", g(self.queue_action, write=True, api=True),
                   methods=["POST"]),
             Route("/api/jobs", g(self.api_jobs, api=True)),
@@ -648,14 +695,17 @@ def create_app(
     settings: leaseq.Settings | None = None,
     refresh: float = 2.0,
 ) -> Starlette:
-    """The dashboard as an ASGI app for ``url``.
+    """The dashboard as an ASGI app for ``url``: pages, and the JSON API that
+    ``/api/openapi.json`` describes.
 
     Args:
         url: The database URL, as for ``leaseq.connect``. Its password is never shown.
         token: When set, every request must carry it (``Authorization: Bearer <token>``,
             or the cookie the login page sets). Without one, anyone who reaches the app
             may read and act: mount it behind your own authentication, or bind to
-            loopback (the CLI refuses anything else).
+            loopback (the CLI refuses anything else). Enqueueing over HTTP
+            (``POST /api/queues/{name}/jobs``, docs/enqueue-from-sql-and-http.md) always
+            needs it, as a bearer header: without a token that route answers 403.
         read_only: Refuse every action with 403 and hide the buttons.
         table_prefix: Prefix of leaseq's tables (ignored when ``settings`` is given).
         settings: Client settings, for a non-default prefix or pool.

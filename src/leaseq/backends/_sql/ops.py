@@ -33,7 +33,7 @@ from leaseq._core.job import (
 from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import decode
 from leaseq.backends._flows import decode_step, encode_step
-from leaseq.backends._sql.plan import Plan, Result, Stmt, load_queries
+from leaseq.backends._sql.plan import UNIQUE_RETRIES, Plan, Result, Stmt, load_queries
 from leaseq.backends.base import (
     FailItem,
     NewFlow,
@@ -57,7 +57,6 @@ JOB_COLUMNS = (
     "id, queue, kind, payload, priority, attempts, max_attempts, unique_key, "
     "lease_token, lease_until, worker_id, created_at, available_at"
 )
-UNIQUE_RETRIES = 100
 # The queue settings stored as integers; the rest are seconds (float).
 INT_SETTINGS = frozenset(f.name for f in fields(QueueConfig) if str(f.type).startswith("int"))
 
@@ -984,7 +983,10 @@ class SqlOps:
         return [int(row[0]) for row in r.rows]
 
     def drop(self) -> Plan[None]:
-        """Removes every table of this prefix (benchmarks and tests clean up with it)."""
+        """Removes every table of this prefix, and its enqueue routine (benchmarks and tests
+        clean up with it)."""
+        if "drop_routine" in self.d.q:  # the SQL enqueue entry (enqueue.sql)
+            yield Stmt("drop_routine")
         if "drop_tables" in self.d.q:
             yield Stmt("drop_tables")
         else:

@@ -114,3 +114,66 @@ def load_migrations(package: str, prefix: str) -> list[tuple[int, str, list[str]
 
 def _has_sql(chunk: str) -> bool:
     return any(line.strip() and not line.strip().startswith("--") for line in chunk.splitlines())
+
+
+def fingerprint(text: str) -> str:
+    """A short hash of a routine's text: ``migrate`` replaces the routine when it differs."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def routine_constants() -> dict[str, object]:
+    """The limits the stored enqueue routines check, from the client's own checks and
+    ``Settings``' defaults (a routine has no client settings to read)."""
+    from leaseq._core import validate as v
+    from leaseq._core.settings import Settings
+
+    defaults = Settings()
+    return {
+        "max_payload_bytes": defaults.max_payload_bytes,
+        "default_max_attempts": defaults.max_attempts,
+        "max_attempts_cap": v.MAX_ATTEMPTS,
+        "max_kind": v.MAX_KIND,
+        "max_unique_key": v.MAX_UNIQUE_KEY,
+        "max_delay": v.MAX_SECONDS,
+        "unique_retries": UNIQUE_RETRIES,
+    }
+
+
+UNIQUE_RETRIES = 100
+"""Inserts a keyed enqueue tries while its twin keeps leaving (``SqlOps.insert_unique``)."""
+
+_ROUTINE_QUERY = re.compile(r"\{query:([a-z_]+)\}")
+_ROUTINE_CONSTANT = re.compile(r"\{([a-z_]+)\}")
+
+
+def load_routine(
+    package: str, prefix: str, params: Mapping[str, str], constants: Mapping[str, object]
+) -> str:
+    """The text of a dialect's stored enqueue routine (``enqueue.sql``), ready to run.
+
+    ``{query:name}`` becomes the text of that query of the dialect's ``queries.sql``, the
+    very statement the client runs, with each ``:param`` placeholder replaced by the
+    routine's expression for it from ``params``: the routine and the client cannot drift
+    apart in what they write. ``{name}`` becomes ``constants[name]`` (limits the Python
+    validation uses too) and ``{prefix}`` the table prefix. An unknown placeholder raises.
+    """
+    data = pkgutil.get_data(package, "enqueue.sql")
+    if data is None:
+        raise FileNotFoundError(f"{package}/enqueue.sql cannot be read")
+    lines = [ln for ln in data.decode("utf-8").splitlines()
+             if not ln.lstrip().startswith("--")]  # prose in comments is never substituted
+    text = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)
+    queries = load_queries(package, prefix, "named")
+
+    def query(match: re.Match[str]) -> str:
+        def param(found: re.Match[str]) -> str:
+            if found.group(1) not in params:
+                raise KeyError(f"enqueue.sql: no routine value for :{found.group(1)}")
+            return params[found.group(1)]
+
+        return _PARAM.sub(param, queries[match.group(1)])
+
+    text = _ROUTINE_QUERY.sub(query, text)
+    return _ROUTINE_CONSTANT.sub(lambda m: str(constants[m.group(1)]), text)

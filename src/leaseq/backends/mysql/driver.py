@@ -24,6 +24,7 @@ from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
+from leaseq.backends._sql.routine import routine_text
 from leaseq.backends._sql.runner import AsyncRunner, Pool, PooledSyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.errors import (
@@ -460,6 +461,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
                             for sql in statements:
                                 cur.execute(sql)
                             cur.execute(q["record_version"], {"version": version, "name": name})
+                    install_routine(cur, self.d)
                 finally:
                     cur.execute(q["migrate_unlock"], key)
         except LeaseqError:
@@ -468,6 +470,20 @@ class MysqlRunner(PooledSyncRunner[Any]):
             raise self.translate(exc) from exc
         finally:
             conn.close()
+
+
+def install_routine(cur: Any, d: MysqlDialect) -> None:
+    """Creates ``<prefix>enqueue`` unless this version's is installed (its COMMENT holds
+    the fingerprint of its text), so a second ``migrate`` changes nothing. MySQL has no
+    ``CREATE OR REPLACE PROCEDURE``: an upgrade drops and creates it, and a CALL in
+    between fails (once, per upgrade that changes it)."""
+    text, mark = routine_text("mysql", d.prefix)
+    cur.execute(d.q["routine_comment"], {"name": f"{d.prefix}enqueue"})
+    row = cur.fetchone()
+    if row is not None and row[0] == mark:
+        return
+    cur.execute(d.q["drop_routine"])
+    cur.execute(text)
 
 
 class AsyncMysqlRunner(AsyncRunner):

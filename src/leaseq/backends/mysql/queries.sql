@@ -648,3 +648,11 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIME
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
+
+-- name: routine_comment
+-- The fingerprint comment of the installed enqueue procedure (install_routine).
+SELECT ROUTINE_COMMENT FROM information_schema.ROUTINES
+WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = :name AND ROUTINE_TYPE = 'PROCEDURE';
+
+-- name: drop_routine
+DROP PROCEDURE IF EXISTS {prefix}enqueue;

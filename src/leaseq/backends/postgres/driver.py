@@ -20,6 +20,7 @@ from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
+from leaseq.backends._sql.routine import ROUTINE_SIGNATURE, routine_text
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
 from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.backends.postgres.url import PostgresUrl, parse, with_tcp_defaults
@@ -336,6 +337,25 @@ def connection_options(target: PostgresUrl) -> dict[str, Any]:
     return {"prepare_threshold": None} if target.pgbouncer else {}
 
 
+def install_routine(conn: psycopg.Connection[Any], d: PostgresDialect) -> None:
+    """Creates or replaces ``<prefix>enqueue`` in ``migrate``'s transaction when the
+    installed one is not this version's (its comment holds the fingerprint of its text):
+    a second ``migrate`` changes nothing, and an upgrade replaces the function atomically,
+    so a trigger calling it never finds it missing. Other overloads of the name (a later
+    version's added argument) are dropped first, so calls keep resolving to one function.
+    """
+    text, mark = routine_text("postgres", d.prefix)
+    signature = f"{d.prefix}enqueue{ROUTINE_SIGNATURE}"
+    installed = conn.execute(d.q["routine_comment"], {"signature": signature}).fetchone()
+    if installed is not None and installed[0] == mark:
+        return
+    for (other,) in conn.execute(d.q["routine_overloads"],
+                                 {"name": f"{d.prefix}enqueue", "signature": signature}):
+        conn.execute(f"DROP FUNCTION {other}")  # regprocedure text: quoted as needed
+    conn.execute(text)
+    conn.execute(f"COMMENT ON FUNCTION {signature} IS '{mark}'")  # hex, nothing to quote
+
+
 class PostgresRunner(SyncRunner):
     def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
         self.target, self.d, self.url = url, dialect, with_tcp_defaults(url.dsn)
@@ -407,6 +427,7 @@ class PostgresRunner(SyncRunner):
                         for sql in statements:
                             conn.execute(sql)
                         conn.execute(q["record_version"], {"version": version, "name": name})
+                install_routine(conn, self.d)
         except LeaseqError:
             raise
         except Exception as exc:

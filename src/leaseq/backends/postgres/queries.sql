@@ -713,3 +713,17 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < now() - make_inte
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
+
+-- name: routine_comment
+-- The fingerprint comment of the installed enqueue function (install_routine); no row
+-- when there is no such function.
+SELECT obj_description(p, 'pg_proc') FROM to_regprocedure(:signature) AS p WHERE p IS NOT NULL;
+
+-- name: routine_overloads
+-- Other functions of the enqueue function's name in the schema migrate works in.
+SELECT p.oid::regprocedure::text FROM pg_proc AS p
+WHERE p.proname = :name AND p.pronamespace = current_schema()::regnamespace
+  AND p.oid IS DISTINCT FROM to_regprocedure(:signature)::oid;
+
+-- name: drop_routine
+DROP FUNCTION IF EXISTS {prefix}enqueue(text, jsonb, text, integer, interval, text, integer);

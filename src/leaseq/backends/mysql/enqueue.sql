@@ -1,0 +1,150 @@
+-- {prefix}enqueue: leaseq's enqueue as a stored procedure, for triggers and for producers
+-- in any language (docs/enqueue-from-sql-and-http.md). `migrate` installs it and replaces
+-- it whenever this text changes (mysql driver, install_routine); the procedure's COMMENT
+-- holds the fingerprint of the text installed.
+--
+--   CALL {prefix}enqueue(queue, payload, kind, priority, delay_seconds, unique_key,
+--                        max_attempts, @id);
+--
+-- MySQL has neither argument defaults nor an interval type: every argument is given
+-- (NULL for kind, unique_key, max_attempts; 0 for priority and delay), and the delay is
+-- in seconds. The id comes back in the OUT argument (a result set would be refused inside
+-- a trigger): the new job's, or with a unique_key a live job holds already, that job's
+-- (nothing written, as the client's created=False).
+--
+-- The INSERTs are the client's own statements ({query:...}, with their :parameters
+-- replaced by this procedure's variables, driver.routine_params); the checks repeat
+-- leaseq._core.validate with its limits, and tests/test_sql_enqueue.py compares the
+-- procedure with the client on the same inputs. Errors: SQLSTATE 22023 for a bad
+-- argument, 53400 for a queue at its max_jobs; nothing is written either way. There is no
+-- wake-up: MySQL has no NOTIFY, so workers find the job at their next poll.
+--
+-- To add an argument later (say unique_scope): MySQL has no overloads, so the new
+-- procedure replaces this one and every CALL must pass it; keep the old argument order.
+CREATE PROCEDURE {prefix}enqueue(
+    IN p_queue TEXT CHARACTER SET utf8mb4,
+    IN p_payload LONGTEXT CHARACTER SET utf8mb4,
+    IN p_kind TEXT CHARACTER SET utf8mb4,
+    IN p_priority BIGINT,
+    IN p_delay DOUBLE,
+    IN p_unique_key TEXT CHARACTER SET utf8mb4,
+    IN p_max_attempts BIGINT,
+    OUT p_id BIGINT
+)
+MODIFIES SQL DATA
+COMMENT '{comment}'
+proc: BEGIN
+    DECLARE v_queue VARCHAR(200) CHARACTER SET utf8mb4;
+    DECLARE v_payload LONGTEXT CHARACTER SET utf8mb4;
+    DECLARE v_kind VARCHAR(200) CHARACTER SET utf8mb4;
+    DECLARE v_priority INT;
+    DECLARE v_delay BIGINT;
+    DECLARE v_unique_key VARCHAR(255) CHARACTER SET utf8mb4;
+    DECLARE v_max_attempts INT;
+    DECLARE v_queue_attempts INT;
+    DECLARE v_cap BIGINT;
+    DECLARE v_cap_plus BIGINT;
+    DECLARE v_live BIGINT;
+    DECLARE v_try INT DEFAULT 0;
+    DECLARE v_duplicate INT DEFAULT 0;
+    DECLARE v_message VARCHAR(512);  -- cut to SIGNAL's 128 characters where it is set
+
+    SET p_id = NULL;
+    IF p_queue IS NULL OR CHAR_LENGTH(p_queue) NOT BETWEEN 1 AND 200
+            OR p_queue REGEXP '[^-A-Za-z0-9_.]' THEN
+        SET v_message = LEFT(CONCAT('{prefix}enqueue: invalid queue name ',
+                               COALESCE(QUOTE(LEFT(p_queue, 40)), 'NULL'),
+                               ': use 1-200 of A-Z a-z 0-9 _ . -'), 128);
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_payload IS NOT NULL AND NOT JSON_VALID(p_payload) THEN
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = '{prefix}enqueue: payload is not valid JSON';
+    END IF;
+    IF OCTET_LENGTH(p_payload) > {max_payload_bytes} THEN
+        SET v_message = LEFT(CONCAT('{prefix}enqueue: payload is ', OCTET_LENGTH(p_payload),
+                               ' bytes, over the cap of {max_payload_bytes} bytes'), 128);
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_kind IS NOT NULL AND CHAR_LENGTH(p_kind) NOT BETWEEN 1 AND {max_kind} THEN
+        SIGNAL SQLSTATE '22023'
+            SET MESSAGE_TEXT = '{prefix}enqueue: kind must be NULL or 1-{max_kind} characters';
+    END IF;
+    IF p_priority IS NULL OR p_priority NOT BETWEEN -2147483648 AND 2147483647 THEN
+        SET v_message = LEFT(CONCAT('{prefix}enqueue: priority must be a 32-bit integer, got ',
+                               COALESCE(p_priority, 'NULL')), 128);
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_delay IS NULL OR NOT (p_delay BETWEEN 0 AND {max_delay}) THEN
+        SET v_message = LEFT(CONCAT('{prefix}enqueue: delay must be 0 to {max_delay} seconds, got ',
+                               COALESCE(p_delay, 'NULL')), 128);
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
+    END IF;
+    IF p_unique_key IS NOT NULL AND CHAR_LENGTH(p_unique_key) NOT BETWEEN 1 AND {max_unique_key} THEN
+        SIGNAL SQLSTATE '22023'
+            SET MESSAGE_TEXT = '{prefix}enqueue: unique_key must be NULL or 1-{max_unique_key} characters';
+    END IF;
+    IF p_max_attempts IS NOT NULL AND p_max_attempts NOT BETWEEN 1 AND {max_attempts_cap} THEN
+        SET v_message = LEFT(CONCAT('{prefix}enqueue: max_attempts must be NULL or 1-{max_attempts_cap}, got ',
+                               p_max_attempts), 128);
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
+    END IF;
+    SET v_queue = p_queue, v_payload = COALESCE(p_payload, 'null'), v_kind = p_kind,
+        v_priority = p_priority, v_delay = ROUND(p_delay * 1000000),
+        v_unique_key = p_unique_key;
+
+    -- The queue's stored settings: its max_attempts when the call gives none, and its
+    -- max_jobs, whose row is then locked as the client's capped enqueue locks it.
+    SELECT max_jobs, max_attempts INTO v_cap, v_queue_attempts
+    FROM {prefix}queues WHERE name = v_queue;
+    SET v_max_attempts = COALESCE(p_max_attempts, v_queue_attempts, {default_max_attempts});
+    IF v_cap IS NOT NULL THEN
+        SELECT max_jobs INTO v_cap FROM {prefix}queues WHERE name = v_queue FOR UPDATE;
+    END IF;
+
+    IF v_unique_key IS NULL THEN
+        {query:insert_job};
+        SET p_id = LAST_INSERT_ID();
+    ELSE
+        keyed: LOOP
+            SET v_try = v_try + 1, v_duplicate = 0;
+            BEGIN
+                -- The key is taken: the insert changes nothing, look up the holder.
+                DECLARE CONTINUE HANDLER FOR 1062 SET v_duplicate = 1;
+                {query:insert_unique_job};
+            END;
+            IF v_duplicate = 0 THEN
+                SET p_id = LAST_INSERT_ID();
+                LEAVE keyed;
+            END IF;
+            -- A locking read sees the newest committed holder even under REPEATABLE READ.
+            SELECT id INTO p_id FROM {prefix}jobs
+            WHERE queue = v_queue AND unique_key = v_unique_key LOCK IN SHARE MODE;
+            IF p_id IS NOT NULL THEN
+                LEAVE proc;  -- a live twin holds the key: its id, nothing written
+            END IF;
+            IF v_try >= {unique_retries} THEN
+                SIGNAL SQLSTATE '40001'
+                    SET MESSAGE_TEXT = '{prefix}enqueue: the unique key kept changing hands; try again';
+            END IF;
+        END LOOP;
+    END IF;
+
+    IF v_cap IS NOT NULL THEN
+        -- A locking read: the caller's transaction may be REPEATABLE READ (MySQL's
+        -- default) with a snapshot older than the lock above, which a plain count would
+        -- read, missing the jobs that enqueuers holding the lock before us committed. It
+        -- share-locks at most max_jobs + 1 of the queue's rows until the caller commits.
+        SET v_cap_plus = v_cap + 1;
+        SELECT COUNT(*) INTO v_live
+        FROM (SELECT id FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+              WHERE queue = v_queue LIMIT v_cap_plus LOCK IN SHARE MODE) AS live;
+        IF v_live > v_cap THEN
+            -- A failed CALL keeps its earlier statements' writes: take the row back.
+            DELETE FROM {prefix}jobs WHERE id = p_id;
+            SET p_id = NULL;
+            SET v_message = LEFT(CONCAT('{prefix}enqueue: queue ', QUOTE(v_queue),
+                                   ' holds its max_jobs=', v_cap, ' live jobs'), 128);
+            SIGNAL SQLSTATE '53400' SET MESSAGE_TEXT = v_message;
+        END IF;
+    END IF;
+END

@@ -1,0 +1,114 @@
+-- {prefix}enqueue: leaseq's enqueue as a SQL function, for triggers and for producers in
+-- any language (docs/enqueue-from-sql-and-http.md). `migrate` installs it and replaces it
+-- whenever this text changes (PostgresRunner.install_routine); a comment on the function
+-- holds the fingerprint of the text installed.
+--
+-- The writes are the client's own statements: each {query:...} below is the named query
+-- of queries.sql, with its :parameters replaced by the variables of this function
+-- (driver.ROUTINE_PARAMS). The checks repeat leaseq._core.validate with the same limits
+-- ({...} constants come from it); tests/test_sql_enqueue.py compares the function with
+-- the client on the same inputs.
+--
+-- Returns the job's id; with a unique_key that a live job holds already, that job's id
+-- (nothing is written, as the client's created=False). Errors: SQLSTATE 22023
+-- (invalid_parameter_value) for a bad argument, 53400 (configuration_limit_exceeded) for
+-- a queue at its max_jobs; either way nothing is written.
+--
+-- To add an argument later (say unique_scope), append it with a default: the installer
+-- drops the other overloads of this name first, so old calls keep resolving to one
+-- function.
+CREATE OR REPLACE FUNCTION {prefix}enqueue(
+    queue text,
+    payload jsonb,
+    kind text DEFAULT NULL,
+    priority integer DEFAULT 0,
+    delay interval DEFAULT '0',
+    unique_key text DEFAULT NULL,
+    max_attempts integer DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+-- The tables are found where migrate made them, whatever the caller's search_path.
+SET search_path FROM CURRENT
+AS $leaseq$
+#variable_conflict use_column
+DECLARE
+    fn constant text := '{prefix}enqueue';
+    v_queue text := queue;
+    v_kind text := kind;
+    v_payload text := COALESCE(payload::text, 'null');
+    v_priority integer := priority;
+    v_delay double precision := EXTRACT(EPOCH FROM delay);
+    v_unique_key text := unique_key;
+    v_max_attempts integer := max_attempts;
+    v_cap bigint;
+    v_queue_attempts integer;
+    v_live bigint;
+    v_id bigint;
+    v_note text;
+BEGIN
+    IF v_queue IS NULL OR v_queue !~ '^[-A-Za-z0-9_.]{1,200}$' THEN
+        RAISE EXCEPTION '%: invalid queue name %: use 1-200 characters of A-Z a-z 0-9 _ . -',
+            fn, COALESCE(quote_literal(left(v_queue, 80)), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(v_payload) > {max_payload_bytes} THEN
+        RAISE EXCEPTION '%: payload is % bytes encoded, over the cap of {max_payload_bytes} bytes; store large data elsewhere and enqueue a reference',
+            fn, octet_length(v_payload) USING ERRCODE = '22023';
+    END IF;
+    IF v_kind IS NOT NULL AND NOT char_length(v_kind) BETWEEN 1 AND {max_kind} THEN
+        RAISE EXCEPTION '%: kind must be NULL or a string of 1-{max_kind} characters, got % characters',
+            fn, char_length(v_kind) USING ERRCODE = '22023';
+    END IF;
+    IF v_priority IS NULL THEN
+        RAISE EXCEPTION '%: priority must be an integer, got NULL', fn USING ERRCODE = '22023';
+    END IF;
+    IF v_delay IS NULL OR v_delay < 0 OR v_delay > {max_delay} THEN
+        RAISE EXCEPTION '%: delay must be an interval of 0 to 3650 days, got %',
+            fn, COALESCE(delay::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF v_unique_key IS NOT NULL AND NOT char_length(v_unique_key) BETWEEN 1 AND {max_unique_key} THEN
+        RAISE EXCEPTION '%: unique_key must be NULL or a string of 1-{max_unique_key} characters, got % characters',
+            fn, char_length(v_unique_key) USING ERRCODE = '22023';
+    END IF;
+    IF v_max_attempts IS NOT NULL AND NOT v_max_attempts BETWEEN 1 AND {max_attempts_cap} THEN
+        RAISE EXCEPTION '%: max_attempts must be NULL or an integer in [1, {max_attempts_cap}], got %',
+            fn, v_max_attempts USING ERRCODE = '22023';
+    END IF;
+
+    -- The queue's stored settings: its max_attempts when the call gives none, and its
+    -- max_jobs, whose row is then locked as the client's capped enqueue locks it.
+    SELECT s.max_jobs, s.max_attempts INTO v_cap, v_queue_attempts
+    FROM {prefix}queues AS s WHERE s.name = v_queue;
+    v_max_attempts := COALESCE(v_max_attempts, v_queue_attempts, {default_max_attempts});
+    IF v_cap IS NOT NULL THEN
+        {query:lock_queue_cap} INTO v_cap;
+    END IF;
+
+    IF v_unique_key IS NULL THEN
+        {query:insert_job} INTO v_id, v_note;
+    ELSE
+        FOR attempt IN 1..{unique_retries} LOOP
+            {query:insert_unique_job} INTO v_id, v_note;
+            EXIT WHEN v_id IS NOT NULL;
+            {query:find_unique} INTO v_id;
+            IF v_id IS NOT NULL THEN
+                RETURN v_id;  -- a live twin holds the key: its id, nothing written
+            END IF;
+            -- The twin left the live table between the insert and the lookup: again.
+        END LOOP;
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION '%: unique key % kept changing hands; try again',
+                fn, quote_literal(v_unique_key) USING ERRCODE = '40001';
+        END IF;
+    END IF;
+
+    IF v_cap IS NOT NULL THEN
+        {query:live_count} INTO v_live;
+        IF v_live > v_cap THEN
+            -- The exception takes back the row (and its wake-up) with the statement.
+            RAISE EXCEPTION '%: queue % holds its max_jobs=% live jobs; nothing was enqueued',
+                fn, quote_literal(v_queue), v_cap USING ERRCODE = '53400';
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$leaseq$
