@@ -163,9 +163,12 @@ def work(url: str, prefix: str, report: Connection) -> None:
 
 # -- the producer ------------------------------------------------------------------------
 
-def due_of(q: leaseq.Queue, job_id: int) -> float:
-    """The job's due time as the database stored it, in epoch seconds."""
-    at = q.get(job_id).available_at
+def due_of(q: leaseq.Queue, job_id: int, now: bool = False) -> float:
+    """The job's due time as the database stored it, in epoch seconds; ``now``: a job due
+    at once, which may have run already (history keeps no ``available_at``), so its
+    ``created_at``, the same instant, stands in."""
+    info = q.get(job_id)
+    at = info.created_at if now and info.available_at is None else info.available_at
     assert at is not None
     if at.tzinfo is None:  # MariaDB's DATETIME(6) holds UTC without a zone
         at = at.replace(tzinfo=timezone.utc)
@@ -191,7 +194,7 @@ class Producer:
             job_id = self.q.enqueue(QUEUE, {}, kind=TASK, run_at=at).id
         else:
             job_id = self.q.enqueue(QUEUE, {}, kind=TASK, delay=seconds).id
-        return kind, job_id, due_of(self.q, job_id), given
+        return kind, job_id, due_of(self.q, job_id, kind == "now"), given
 
     def collect(self, jobs: list[tuple[str, int, float, float | None]],
                 record: bool = True) -> None:
