@@ -14,7 +14,10 @@ worker's idle poll to back off to its full second):
 * ``delay``: one job with ``delay=`` 0.05-0.5 s;
 * ``run_at``: one job with ``run_at=`` now + 0.05-0.5 s;
 * ``rearm``: a job due in 0.35-0.5 s, then 5-50 ms later one due 0.1-0.25 s earlier than it
-  (``rearm-early``): the worker, asleep until the later one, must wake for the earlier.
+  (``rearm-early``): the worker, asleep until the later one, must wake for the earlier;
+* ``now`` (only with ``--now SHARE``, that share of the rounds): one job due at once, so its
+  lateness is the idle worker's pickup latency, from the enqueue's stored due time (the
+  database's clock at the insert) to the handler.
 
 At most two jobs are ever outstanding (one outside ``rearm``); the next round starts once
 every job of the last one has started. Lateness = ``time.time()`` at the handler's first
@@ -83,11 +86,12 @@ class Probe:
         wait, dequeue = leaseq.Worker._wait, leaseq.AsyncQueue.dequeue
 
         async def timed_wait(worker: leaseq.Worker, timeout: float | None,
-                             event: Any = None) -> None:
+                             event: Any = None) -> bool:
             began = time.time()
-            await wait(worker, timeout, event)
+            woken = await wait(worker, timeout, event)
             if event is None:  # idle waits only, not waits for a free slot
                 probe.wait = (began, nan if timeout is None else timeout, time.time())
+            return woken
 
         async def timed_dequeue(aq: leaseq.AsyncQueue, *args: Any, **kwargs: Any) -> Any:
             probe.wrap_backend(aq._backend)
@@ -159,9 +163,12 @@ def work(url: str, prefix: str, report: Connection) -> None:
 
 # -- the producer ------------------------------------------------------------------------
 
-def due_of(q: leaseq.Queue, job_id: int) -> float:
-    """The job's due time as the database stored it, in epoch seconds."""
-    at = q.get(job_id).available_at
+def due_of(q: leaseq.Queue, job_id: int, now: bool = False) -> float:
+    """The job's due time as the database stored it, in epoch seconds; ``now``: a job due
+    at once, which may have run already (history keeps no ``available_at``), so its
+    ``created_at``, the same instant, stands in."""
+    info = q.get(job_id)
+    at = info.created_at if now and info.available_at is None else info.available_at
     assert at is not None
     if at.tzinfo is None:  # MariaDB's DATETIME(6) holds UTC without a zone
         at = at.replace(tzinfo=timezone.utc)
@@ -187,7 +194,7 @@ class Producer:
             job_id = self.q.enqueue(QUEUE, {}, kind=TASK, run_at=at).id
         else:
             job_id = self.q.enqueue(QUEUE, {}, kind=TASK, delay=seconds).id
-        return kind, job_id, due_of(self.q, job_id), given
+        return kind, job_id, due_of(self.q, job_id, kind == "now"), given
 
     def collect(self, jobs: list[tuple[str, int, float, float | None]],
                 record: bool = True) -> None:
@@ -205,8 +212,12 @@ class Producer:
             for job_id, (kind, stored, given) in pending.items():
                 self.samples.append(sample(kind, stored, given, *starts[job_id]))
 
-    def round(self) -> None:
-        """One round of the mix described in the module docstring."""
+    def round(self, now: float = 0.0) -> None:
+        """One round of the mix described in the module docstring (``now``: the share of
+        rounds that enqueue a job due at once)."""
+        if random.random() < now:
+            self.collect([self.enqueue("now", 0.0)])
+            return
         pick = random.random()
         if pick < 0.6:
             self.collect([self.enqueue("delay", random.uniform(0.05, 0.5))])
@@ -254,7 +265,8 @@ def summary(values: list[float]) -> dict[str, float]:
     return {k: round(v, 2) for k, v in figures.items()}
 
 
-def run(url: str, prefix: str, samples: int, gap: tuple[float, float]) -> dict[str, Any]:
+def run(url: str, prefix: str, samples: int, gap: tuple[float, float],
+        now: float = 0.0) -> dict[str, Any]:
     """Start the worker, measure ``samples`` jobs, stop the worker; the figures."""
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
@@ -268,7 +280,7 @@ def run(url: str, prefix: str, samples: int, gap: tuple[float, float]) -> dict[s
         producer.collect([producer.enqueue("warmup", 0.05) for _ in range(WARMUP)], record=False)
         while len(producer.samples) < samples:
             time.sleep(random.uniform(*gap))  # idle: the worker's poll backs off meanwhile
-            producer.round()
+            producer.round(now)
     finally:
         worker.terminate()  # SIGTERM: the worker's graceful stop
         worker.join(30)
@@ -338,6 +350,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--gap", type=float, nargs=2, default=(0.05, 1.0),
                         metavar=("MIN", "MAX"), help="idle seconds between rounds")
+    parser.add_argument("--now", type=float, default=0.0, metavar="SHARE",
+                        help="share of rounds that enqueue a job due at once (idle pickup)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args()
     prefix = f"dl{secrets.token_hex(3)}_"
@@ -345,7 +359,7 @@ def main() -> None:
     q.migrate()
     try:
         report = {"url": args.url.split("@")[-1],
-                  **run(args.url, prefix, args.samples, tuple(args.gap))}
+                  **run(args.url, prefix, args.samples, tuple(args.gap), args.now)}
     finally:
         drop = getattr(q._backend, "drop", None)
         if drop is not None:

@@ -257,7 +257,8 @@ class MyCounts:
     """MariaDB: statements from performance_schema's digest summary. No push wake-ups
     there: workers find jobs by polling, each poll one ``claim_starts`` read (the claim's
     probe; a locking read and an UPDATE follow only when it finds a job), counted as the
-    claims."""
+    claims; the locking reads (``claim_candidates``), the claims that found a job, as
+    ``locking``. The idle turn holder probes every ``WATCH_TICK``."""
 
     def __init__(self, url: str) -> None:
         import pymysql
@@ -279,7 +280,9 @@ class MyCounts:
         # (NOT EXISTS) and no lock; first_due and the locking claim_candidates are not it.
         claims = sum(n for text, n in rows if "NOT EXISTS" in text and "FORCE INDEX" in text
                      and "FOR UPDATE" not in text)
-        return {"claims": claims, "statements": sum(n for _, n in rows)}
+        locking = sum(n for text, n in rows if "NOT EXISTS" in text and "FORCE INDEX" in text
+                      and "FOR UPDATE" in text)
+        return {"claims": claims, "locking": locking, "statements": sum(n for _, n in rows)}
 
     def close(self) -> None:
         self.conn.close()
@@ -374,6 +377,17 @@ def taking_turns(url: str, n: int) -> bool:
         with redis.Redis.from_url(url) as client:
             blocked = sum(1 for c in client.client_list() if c.get("cmd") == "blpop")
             return bool(client.exists(owner)) and blocked >= n - 1
+    if url.startswith("mysql"):
+        # The holder owns the named lock; the others wait in GET_LOCK ("User lock"), each
+        # asking again every TURN_TICK, so one may be between two asks: n - 2 of them.
+        with my_connect(url) as conn:
+            cursor = conn.cursor()
+            cursor.execute("SELECT IS_USED_LOCK(%s)", (my_lock(url),))
+            row = cursor.fetchone()
+            cursor.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                           "WHERE STATE = 'User lock' AND INFO LIKE 'SELECT GET_LOCK%%'")
+            waiting = cursor.fetchone()
+        return row is not None and row[0] is not None and int(waiting[0]) >= n - 2
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -383,6 +397,21 @@ def taking_turns(url: str, n: int) -> bool:
             (_turn.LOCK_CLASS, _turn.lock_key(PREFIX, [QUEUE]) % 2**32)).fetchall()
     found = {granted: int(count) for granted, count in rows}
     return found.get(True) == 1 and found.get(False, 0) >= n - 1
+
+
+def my_connect(url: str) -> Any:
+    """A PyMySQL connection to the (private) MariaDB at ``url``."""
+    import pymysql
+
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    return pymysql.connect(host="127.0.0.1", port=port, user="root", autocommit=True)
+
+
+def my_lock(url: str) -> str:
+    """The named lock of the herd queue's turn on the MariaDB at ``url``."""
+    from leaseq.worker import turn as _turn
+
+    return _turn.lock_name(url.rsplit("/", 1)[1].split("?")[0], PREFIX, [QUEUE])
 
 
 def completed(q: leaseq.Queue) -> int:
@@ -418,8 +447,10 @@ def run(url: str, n: int, bursts: list[int], poll_interval: float, source: str |
     q = leaseq.Queue(url, leaseq.Settings(table_prefix=PREFIX))
     q.migrate()
     with workers(url, n, poll_interval, source, fork=fork):
-        if not url.startswith("mysql"):  # MariaDB has no listeners: the settle covers it
+        if not url.startswith("mysql"):  # MariaDB has no listeners, only turns
             _wait(lambda: listeners(url) >= n, 300, f"{n} listeners")
+        if not (url.startswith("mysql") and source):  # older trees: no MariaDB turns
+            _wait(lambda: taking_turns(url, n), 300, f"{n} workers taking turns")
         time.sleep(settle)  # start-up claims and back-off ramps end
         result: dict[str, Any] = {"workers": n, "poll_interval": poll_interval,
                                   "idle": idle(counts, n)}

@@ -15,6 +15,12 @@ plus the empty claim that follows it, whatever the number of workers.
 * PostgreSQL: a session advisory lock (``pg_advisory_lock``) on a connection of its own.
   Waiters queue for it in the server, first come first served, and a worker that dies or
   whose connection drops releases it at once. Idle, a waiter sends nothing.
+* MySQL/MariaDB: a named lock (``GET_LOCK``) on a connection of its own, as PostgreSQL's
+  advisory lock: waiters queue for it in the server and a dead holder's session lets it go.
+  A waiter's ``GET_LOCK`` gives up after ``TURN_TICK`` (whole seconds: MySQL takes no
+  fraction) and asks again, so it sends one statement per tick. MySQL has no push
+  wake-up, so there the holder is the one idle worker that polls quickly (``Worker``'s
+  ``WATCH_TICK``); the others poll at their poll interval.
 * Redis: a key holding the holder's id, with an expiry its holder renews
   (``TURN_TTL``), and a relay list: a holder that hands on deletes the key and pushes a
   token that one blocked waiter (``BLPOP``) pops; a holder that vanished loses the key
@@ -47,6 +53,8 @@ TURN_TICK = 2.0
 """Redis: a waiter blocks this long on the relay list before it looks at the key (and at
 ``stopping()``) again: one ``BLPOP`` and one ``SET NX`` per tick per idle worker. Both:
 how often a busy worker's turn task looks at ``stopping()`` (no I/O)."""
+MYSQL_LOCK_PREFIX = "leaseq-turn-"
+"""MySQL/MariaDB: the named lock of a queue set is this and a hash (64 characters at most)."""
 LOCK_CLASS = 0x6C71  # "lq": the first key of the two-int advisory lock, the second hashes
 
 
@@ -90,6 +98,13 @@ def lock_key(prefix: str, queues: Sequence[str]) -> int:
     """The second half of the advisory lock of a queue set: a stable signed 32-bit hash."""
     digest = hashlib.sha256(f"{prefix}\0{','.join(sorted(set(queues)))}".encode()).digest()
     return int.from_bytes(digest[:4], "big", signed=True)
+
+
+def lock_name(database: str, prefix: str, queues: Sequence[str]) -> str:
+    """MySQL/MariaDB: the named lock of a queue set. Named locks are server-wide, so the
+    database is part of the hash."""
+    text = f"{database}\0{prefix}\0{','.join(sorted(set(queues)))}"
+    return MYSQL_LOCK_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
 async def take_turns_pg(
@@ -137,6 +152,79 @@ async def take_turns_pg(
             pause = min(pause * 2, 30.0)
         finally:
             turn.active = turn.holding = False
+
+
+async def take_turns_mysql(
+    url: str, prefix: str, queues: Sequence[str], turn: Turn, wake: Callable[[], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """MySQL/MariaDB: as ``take_turns_pg``, with the queue set's named lock (``GET_LOCK``)
+    on a connection of its own. A waiter's ``GET_LOCK`` gives up after ``TURN_TICK`` and
+    is asked again (one statement per tick); the holder checks every ``TURN_RENEW`` that
+    its session still owns the lock (``IS_USED_LOCK``). Reconnects with backoff; while
+    disconnected the worker polls as it would without turns."""
+    import aiomysql
+
+    from leaseq._core.settings import Settings
+    from leaseq.backends import _sockets
+    from leaseq.backends.mysql.driver import connect_args, tcp_options
+
+    args = connect_args(url, Settings())
+    name = lock_name(args["database"], prefix, queues)
+    args["db"] = args.pop("database")
+    for option in ("read_timeout", "write_timeout", "init_command"):
+        del args[option]
+    args["autocommit"] = True
+    tcp = tcp_options(url)
+    wait = max(1, round(TURN_TICK))
+    pause = 0.5
+    while not stopping():
+        conn: Any = None
+        try:
+            conn = await aiomysql.connect(**args)
+            writer = getattr(conn, "_writer", None)
+            if writer is not None:  # a dead network is noticed, and the lock let go (§37)
+                _sockets.apply(writer.transport.get_extra_info("socket"), tcp)
+            turn.active, pause = True, 0.5
+            while not stopping():
+                if not await turn.until(idle=True, timeout=TURN_TICK):
+                    continue
+                if await _one(conn, "SELECT GET_LOCK(%s, %s)", (name, wait)) != 1:
+                    continue  # timed out in the queue: look at stopping() and idle again
+                try:
+                    if turn.idle:
+                        turn.holding = True
+                        wake()
+                        while not await turn.until(idle=False, timeout=TURN_RENEW):
+                            if stopping():
+                                break
+                            # A killed session has released the lock: only a statement
+                            # notices, and this one also says whether it is still ours.
+                            if await _one(conn, "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()",
+                                          (name,)) != 1:
+                                raise ConnectionError("the turn's named lock was lost")
+                finally:
+                    turn.holding = False
+                await _one(conn, "SELECT RELEASE_LOCK(%s)", (name,))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("turn connection lost (%s); polling as without turns meanwhile",
+                        str(exc) or type(exc).__name__)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
+        finally:
+            turn.active = turn.holding = False
+            if conn is not None:
+                conn.close()  # no goodbye: the server releases the lock with the session
+
+
+async def _one(conn: Any, sql: str, params: tuple[Any, ...]) -> Any:
+    """The single value of a one-row ``sql`` on an aiomysql connection."""
+    async with conn.cursor() as cur:
+        await cur.execute(sql, params)
+        row = await cur.fetchone()
+    return None if row is None else row[0]
 
 
 async def take_turns_redis(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import os
 import random
 import signal
@@ -83,6 +84,11 @@ SYNC_CONCURRENCY = 10
 """Default cap (and thread count) when some task is a plain function."""
 IDLE_FLOOR = 0.002
 """First wait after a claim came back empty; it doubles up to ``poll_interval``."""
+WATCH_TICK = 0.02
+"""MySQL/MariaDB, which has no push wake-up: how often (±20 %) the one idle worker holding
+its queues' turn claims while idle, so that a job enqueued elsewhere, or coming due, starts
+within about this long; the other idle workers poll at their poll interval (design
+§NN-mysql-wake)."""
 DUE_MARGIN = 0.0005
 """Slept past a job's due time, so that the claim after the sleep finds it due (timers may
 fire a little early)."""
@@ -209,6 +215,7 @@ class Worker:
         self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
         self._turn = turn_.Turn()
+        self._watches = False  # MySQL/MariaDB: the turn's holder polls every WATCH_TICK
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -274,6 +281,9 @@ class Worker:
         listener = self._listener(aq)
         if listener is not None:
             helpers.append(listener)
+        if listener is not None or aq.backend == "mysql":
+            # MySQL/MariaDB has no push: its turn picks the one idle worker that polls
+            # quickly (WATCH_TICK) instead of the one that answers wake-ups.
             turns = self._take_turns(aq)
             if turns is not None:
                 helpers.append(turns)
@@ -424,7 +434,8 @@ class Worker:
 
     def _take_turns(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
         """The idle workers of one queue set take turns answering push wake-ups
-        (``worker/turn.py``): PostgreSQL (an advisory lock) and single-server Redis. Elsewhere
+        (``worker/turn.py``): PostgreSQL (an advisory lock) and single-server Redis; on
+        MySQL/MariaDB (a named lock) the holder is the one that polls quickly. Elsewhere
         (Redis Cluster, SQLite) and in burst runs every worker answers every wake-up."""
         url = aq._push_url()
         if url is None or self.burst:
@@ -436,6 +447,9 @@ class Worker:
         if aq.backend == "postgres":
             run = turn_.take_turns_pg(url, prefix, self.queues, self._turn, self._wake_soon,
                                       stopping)
+        elif aq.backend == "mysql":
+            run = turn_.take_turns_mysql(url, prefix, self.queues, self._turn, self._wake_soon,
+                                         stopping)
         elif aq.backend == "redis" and "+cluster://" not in url.split("?", 1)[0].lower():
             run = turn_.take_turns_redis(url, prefix, self.queues, self.worker_id,
                                          self._turn, self._wake_soon, stopping)
@@ -459,6 +473,10 @@ class Worker:
         idle = 0.0
         gathered = False
         again = False  # claimed again at once after next_due said a job is due now
+        self._watches = aq.backend == "mysql"
+        # While watching: when next_due was last read (monotonic) and the due time it gave
+        # (None: nothing due), reused between reads, which a wake-up makes stale.
+        due_read, due_at = -math.inf, None
         while not self.stopping:
             slots = self.concurrency + self._ahead()
             free = slots - self.running
@@ -474,6 +492,7 @@ class Worker:
             gathered = False
             metrics = self._metrics
             began = time.perf_counter() if metrics is not None else 0.0
+            claim_began = time.monotonic()
             self._fetching = True
             try:
                 jobs = await aq.dequeue(self.queues, worker_id=self.worker_id,
@@ -525,7 +544,18 @@ class Worker:
             idle = min(self.poll_interval, max(IDLE_FLOOR, idle * 2))
             if self._turn.active:
                 idle = self.poll_interval
+            # MySQL/MariaDB sends no wake-up: its turn's holder claims every WATCH_TICK
+            # instead, and alone (design §NN-mysql-wake).
+            watching = self._watches and self._turn.holding
+            if watching:
+                idle = min(WATCH_TICK, self.poll_interval)
             pause = idle * random.uniform(0.8, 1.2)
+            if watching:
+                # Ticks counted from the last claim's start: a slow claim (a busy server)
+                # shortens the wait after it rather than adding to the pickup latency,
+                # and the rate stays at most one claim per tick, a few ms apart at least.
+                pause = max(pause / 4, claim_began + pause - time.monotonic())
+            longest = pause if watching else self.poll_interval
             # ...unless the database knows when a job comes due or a rate limit lets one
             # start: then sleep exactly that long, so a delayed job starts on time. An
             # enqueue (of an earlier job too) wakes the loop before then.
@@ -533,12 +563,21 @@ class Worker:
             # While another worker holds the turn, it alone times itself to the next due
             # job: all of them waking at that instant would be a herd again.
             waiting = self._turn.active and not self._turn.holding
-            due = None if waiting else await self._next_due(aq)
+            if waiting:
+                due = None
+            elif (watching and asked - due_read < self.poll_interval
+                    and (due_at is None or due_at > asked)):
+                # A watching worker's ticks are claims alone; it asks next_due (a few reads
+                # on MySQL) once per poll interval, or after a wake-up or a due time.
+                due = None if due_at is None else due_at - asked
+            else:
+                due = await self._next_due(aq)
+                due_read, due_at = asked, None if due is None else asked + due
             if due is not None and due > 0:
                 # Counted from the question, not the answer: the read's round trip is
                 # already part of the wait.
                 until = asked + due + DUE_MARGIN
-                pause = min(max(0.0, until - time.monotonic()), self.poll_interval)
+                pause = min(max(0.0, until - time.monotonic()), longest)
             elif due is not None and not again:
                 # Due now, yet the claim missed it: it came due between the two reads
                 # (SQLite's clock counts whole milliseconds) or another claimer held it.
@@ -546,7 +585,8 @@ class Worker:
                 # spinning on a job some other client holds.
                 again = True
                 pause = 0.0
-            await self._wait(pause)
+            if await self._wait(pause):
+                due_read = -math.inf  # woken: a job may have come with an earlier due time
 
     def _ahead(self) -> int:
         """Jobs to lease beyond the threads: as many as they run in ``AHEAD_WINDOW``, so a
@@ -572,13 +612,15 @@ class Worker:
         finally:
             self._fetching = False
 
-    async def _wait(self, timeout: float | None, event: asyncio.Event | None = None) -> None:
-        """Waits for ``event`` (default: a wake-up) or ``timeout``. Idle waits do not end
-        when a slot frees: that would cut the poll back-off short once per finished job."""
+    async def _wait(self, timeout: float | None, event: asyncio.Event | None = None) -> bool:
+        """Waits for ``event`` (default: a wake-up) or ``timeout``; True when the event
+        came. Idle waits do not end when a slot frees: that would cut the poll back-off
+        short once per finished job."""
         event = event or self._wake
         assert event is not None
-        await wait_event(event, timeout)
+        woken = await wait_event(event, timeout)
         event.clear()
+        return woken
 
     def _start(self, aq: AsyncQueue, job: Job, claimed_at: float) -> None:
         task = self.app.tasks.get(job.kind or "")
