@@ -189,7 +189,7 @@ def test_failures_read_once_and_write_once_per_job(
     q.enqueue_many([{"queue": "f", "payload": i, "max_attempts": 1 + i % 2} for i in range(4)])
     jobs = q.dequeue("f", worker_id="w", limit=4)
     sent.clear()
-    assert q._backend.fail_many([(j.id, j.lease_token, "boom", 0.0) for j in jobs]) == [
+    assert q._backend.fail_many([(j.id, j.lease_token, "boom", 0.0, None) for j in jobs]) == [
         "dead", "available", "dead", "available"]
     assert sent == ["lock_held_many", "to_dead", "reschedule", "to_dead", "reschedule"]
 
