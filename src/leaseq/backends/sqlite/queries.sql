@@ -69,7 +69,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 -- name: jobs_by_ids
 -- The claim's fallback, should claim_ids ever update other rows than it read.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-       lease_token, lease_until, worker_id, created_at, available_at, headers, reserves, releases, timeouts
+       lease_token, lease_until, worker_id, created_at, available_at, headers, reserves,
+       releases, timeouts
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND worker_id = :worker_id AND lease_until = :until;
