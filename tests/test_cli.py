@@ -53,6 +53,9 @@ def test_operator_round_trip(run) -> None:  # type: ignore[no-untyped-def]
     assert run("retry", str(late)).returncode == 0
     assert json.loads(run("get", str(late), "--json").stdout)["state"] == "available"
     assert "cancelled" in run("cancel", str(job)).stdout
+    shown = json.loads(run("get", str(job), "--json").stdout)
+    assert (shown["error"], shown["error_detail"]) == ("cancelled", {"message": "cancelled"})
+    assert 'error_detail: {"message": "cancelled"}' in run("get", str(job)).stdout
     assert run("discard", str(late)).returncode == 0
     assert json.loads(run("get", str(late), "--json").stdout)["state"] == "discarded"
     assert "0 jobs kicked" in run("kick", "emails").stdout
@@ -123,10 +126,14 @@ def test_queue_settings_from_the_command_line(run) -> None:  # type: ignore[no-u
     assert run("enqueue", "emails", "{}").returncode == 0
     shown = run("queue", "show", "emails")
     assert "max_attempts: 3" in shown.stdout and "max_jobs: - (default)" in shown.stdout
+    assert "available by priority" in shown.stdout and "0: 2" in shown.stdout
     listed = {q["queue"]: q for q in json.loads(run("queues", "--json").stdout)}
     assert listed["emails"]["available"] == 2 and listed["emails"]["max_attempts"] == 3
     assert "max_attempts=3" in run("queues").stdout
     assert "│ total" in run("stats").stdout
+    assert run("enqueue", "emails", "{}", "--priority", "4").returncode == 0
+    counts = json.loads(run("queue", "show", "emails", "--json").stdout)
+    assert counts["available_by_priority"] == {"4": 1, "0": 2}
 
 
 def test_flow_control_limits_from_the_command_line(run) -> None:  # type: ignore[no-untyped-def]

@@ -149,5 +149,10 @@ def test_migrate_upgrades_a_schema_from_before_queue_settings(
             q.ack(job, result="done")
             assert q.get(1).reserves == 1 and q.get(1).result == "done"
             assert q.kick("old") == 1 and q.get(2).kicks == 1
+            # Migration 0008: errors as JSON on rows that predate it.
+            assert (q.get(2).error, q.get(2).error_detail) == (None, None)
+            [job] = q.dequeue("old", worker_id="w")
+            q.nack(job, {"code": 3, "message": "after migrate"})
+            assert q.get(2).error_detail == {"code": 3, "message": "after migrate"}
     finally:
         drop_tables(backend, prefix)

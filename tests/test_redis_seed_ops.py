@@ -256,6 +256,29 @@ def test_migrate_files_dead_jobs_of_an_older_leaseq_for_retention(
     assert server.zcard(buried) == 0
 
 
+def test_migrate_refiles_dead_jobs_of_an_older_leaseq_in_kick_order(
+    rq: leaseq.Queue, server: Any, prefix: str
+) -> None:
+    ids = []
+    for priority in (0, 4, 0, 4, 1):
+        ids.append(rq.enqueue("o", max_attempts=1, priority=priority).id)
+        rq.nack(rq.dequeue("o", worker_id="w")[0], "boom")
+    dead = queue_key(prefix, "o", "dead")
+    server.delete(dead)
+    server.zadd(dead, {str(i): i for i in ids})  # as a leaseq before issue 24 filed them
+    assert [j.id for j in rq.peek("o", "dead", limit=10)] == ids  # by id alone
+    rq.discard(ids[0])  # a removal finds an old entry too
+    assert server.zcard(dead) == 4
+    rq.migrate()
+    order = [ids[1], ids[3], ids[4], ids[2]]
+    assert [j.id for j in rq.peek("o", "dead", limit=10)] == order
+    assert server.zrange(dead, 0, -1) == [f"{i:020d}" for i in order]
+    assert rq.kick("o", limit=2) == 2
+    assert [j.id for j in rq.peek("o", "available", limit=10)] == order[:2]
+    rq.migrate()  # nothing left to refile
+    assert server.zcard(dead) == 2
+
+
 def test_reclaim_discards_in_rounds_up_to_its_limit(rq: leaseq.Queue) -> None:
     rq.configure_queue("r", dead_retention=0.05)
     for _ in range(3):

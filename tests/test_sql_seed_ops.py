@@ -87,9 +87,10 @@ def test_a_claim_updates_once_per_lease_and_reports_only_what_it_leased() -> Non
 
     def candidate(job_id: int, own: float | None) -> tuple[Any, ...]:
         # JOB_COLUMNS (lease_until and worker_id NULL), the clock, the job's own lease,
-        # its queue's default_lease and max_lease, its headers.
+        # its queue's default_lease and max_lease, its headers, then reserves, releases
+        # and timeouts.
         return (job_id, "q", None, "{}", 0, 0, 5, None, 7, None, None, 900.0, 950.0 + job_id,
-                1000.0, own, None, None, None)
+                1000.0, own, None, None, None, 3, 1, 0)
 
     stmt = plan.send(Result([candidate(1, None), candidate(2, 60.0)], 2))
     assert (stmt.name, stmt.params["until"], stmt.params["now"]) == ("claim_ids", 1030.0, 1000.0)
@@ -100,6 +101,7 @@ def test_a_claim_updates_once_per_lease_and_reports_only_what_it_leased() -> Non
         plan.send(Result([], 1))
     jobs = done.value.value
     assert [(job.id, job.lease, job.lease_token, job.attempts) for job in jobs] == [(2, 60.0, 8, 1)]
+    assert [(job.reserves, job.releases, job.timeouts) for job in jobs] == [(4, 1, 0)]
 
 
 # -- statements sent ---------------------------------------------------------------------
@@ -189,7 +191,7 @@ def test_failures_read_once_and_write_once_per_job(
     q.enqueue_many([{"queue": "f", "payload": i, "max_attempts": 1 + i % 2} for i in range(4)])
     jobs = q.dequeue("f", worker_id="w", limit=4)
     sent.clear()
-    assert q._backend.fail_many([(j.id, j.lease_token, "boom", 0.0) for j in jobs]) == [
+    assert q._backend.fail_many([(j.id, j.lease_token, "boom", 0.0, None) for j in jobs]) == [
         "dead", "available", "dead", "available"]
     assert sent == ["lock_held_many", "to_dead", "reschedule", "to_dead", "reschedule"]
 

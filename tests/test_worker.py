@@ -72,6 +72,9 @@ def test_failures_retry_with_backoff_then_go_dead_with_the_traceback(app: leaseq
     assert dead.attempts == 2
     assert "ValueError: bad record 7" in (dead.error or "")
     assert "Traceback" in (dead.error or "")
+    detail = dead.error_detail or {}
+    assert (detail.get("type"), detail.get("message")) == ("ValueError", "bad record 7")
+    assert "always_fails" in detail.get("traceback", "")
 
 
 def test_retry_bury_and_discard_signals(app: leaseq.App) -> None:

@@ -348,11 +348,17 @@ class Queue(Shared):
     ) -> JobState:
         """Record a failed attempt. Retries after ``delay`` seconds, or after the
         ``backoff`` for this attempt (default: the queue's backoff settings, else the
-        client's); goes dead when attempts are used up. Returns the job's new state."""
+        client's); goes dead when attempts are used up. Returns the job's new state.
+
+        ``error`` is kept with the job (``JobInfo.error`` as text, ``JobInfo.error_detail``
+        as a JSON object): a dict as given (it must encode as JSON), an exception as
+        ``{"type", "message", "traceback"}`` (text ``"Type: message"``), a string as
+        ``{"message"}``."""
         self._fresh_configs()
         job_id, token = self._held(job)
-        state = self._backend.fail(job_id, token, self._error(error),
-                                   self._retry_delay(job, delay, backoff))
+        text, detail = self._error(error)
+        state = self._backend.fail(job_id, token, text, self._retry_delay(job, delay, backoff),
+                                   detail)
         self._finished_states((job_id,), (state,))
         return state
 
@@ -366,7 +372,7 @@ class Queue(Shared):
         self._fresh_configs()
         failures = self._failures(items, backoff)
         states = self._backend.fail_many(failures) if failures else []
-        self._finished_states([job_id for job_id, _, _, _ in failures], states)
+        self._finished_states([item[0] for item in failures], states)
         return [state is not None for state in states]
 
     def release(
@@ -388,8 +394,9 @@ class Queue(Shared):
         _results.finished(self._wake_key, (job_id,))
 
     def kick(self, queue: str, *, limit: int = 100) -> int:
-        """Make up to ``limit`` dead jobs of ``queue`` available again, oldest first, each
-        with a fresh round of attempts. Returns how many."""
+        """Make up to ``limit`` dead jobs of ``queue`` available again, each with a fresh
+        round of attempts: highest priority first, then oldest (lowest id) first, the
+        order ``peek(queue, "dead")`` lists them in. Returns how many."""
         return self._backend.kick(v.queue_name(queue), self._limit(limit))
 
     def retry(self, job_id: int) -> None:
@@ -452,8 +459,15 @@ class Queue(Shared):
     def peek(self, queue: str, state: str = "available", limit: int = 10) -> list[JobInfo]:
         """Look without claiming: ``available``, the jobs a dequeue would take next, in
         claim order; ``scheduled``, the jobs not yet due, soonest first; ``dead``, the
-        dead jobs, newest first."""
+        dead jobs in the order ``kick`` takes them (highest priority first, then oldest
+        first)."""
         return self._backend.peek(*self._peeking(queue, state, limit))
+
+    def priority_counts(self, queue: str) -> dict[int, int]:
+        """``{priority: n}``: how many jobs of ``queue`` are available (due now) at each
+        priority, highest priority first; priorities without such jobs are left out.
+        Scheduled, running and dead jobs are not counted; a paused queue's are."""
+        return self._backend.priority_counts(v.queue_name(queue))
 
     def stats(self) -> dict[str, QueueStats]:
         """Counts per queue: available, scheduled, running, dead, completed, cancelled,
@@ -853,8 +867,9 @@ class AsyncQueue(Shared):
         """See ``Queue.nack``."""
         await self._fresh_configs()
         job_id, token = self._held(job)
-        state = await self._backend.fail(job_id, token, self._error(error),
-                                         self._retry_delay(job, delay, backoff))
+        text, detail = self._error(error)
+        state = await self._backend.fail(job_id, token, text,
+                                         self._retry_delay(job, delay, backoff), detail)
         self._finished_states((job_id,), (state,))
         return state
 
@@ -865,7 +880,7 @@ class AsyncQueue(Shared):
         await self._fresh_configs()
         failures = self._failures(items, backoff)
         states = await self._backend.fail_many(failures) if failures else []
-        self._finished_states([job_id for job_id, _, _, _ in failures], states)
+        self._finished_states([item[0] for item in failures], states)
         return [state is not None for state in states]
 
     async def release(
@@ -924,6 +939,10 @@ class AsyncQueue(Shared):
     async def peek(self, queue: str, state: str = "available", limit: int = 10) -> list[JobInfo]:
         """See ``Queue.peek``."""
         return await self._backend.peek(*self._peeking(queue, state, limit))
+
+    async def priority_counts(self, queue: str) -> dict[int, int]:
+        """See ``Queue.priority_counts``."""
+        return await self._backend.priority_counts(v.queue_name(queue))
 
     async def stats(self) -> dict[str, QueueStats]:
         """See ``Queue.stats``."""

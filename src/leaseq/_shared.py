@@ -320,10 +320,9 @@ class Shared:
         return v.seconds("delay", delay)
 
     @staticmethod
-    def _error(error: object) -> str | None:
-        if isinstance(error, BaseException):
-            error = f"{type(error).__name__}: {error}"
-        return v.error_text(error)
+    def _error(error: object) -> tuple[str | None, str | None]:
+        """``nack``'s error as ``(text, detail)``: see ``validate.error_record``."""
+        return v.error_record(error)
 
     def _failures(
         self, jobs: Iterable[Job | tuple[Job, object]], backoff: Backoff | None
@@ -332,7 +331,8 @@ class Shared:
         for entry in jobs:
             job, error = entry if isinstance(entry, tuple) else (entry, None)
             job_id, token = self._held(job)
-            items.append((job_id, token, self._error(error), self._retry_delay(job, None, backoff)))
+            text, detail = self._error(error)
+            items.append((job_id, token, text, self._retry_delay(job, None, backoff), detail))
         return items
 
     @staticmethod

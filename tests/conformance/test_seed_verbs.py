@@ -68,12 +68,12 @@ def test_peek_shows_available_jobs_in_claim_order_without_claiming(q):
     assert q.peek("p") == []
 
 
-def test_peek_scheduled_in_due_order_and_dead_newest_first(q):
+def test_peek_scheduled_in_due_order_and_dead_in_kick_order(q):
     later = q.enqueue("p", delay=120).id
     sooner = q.enqueue("p", delay=60).id
     assert [j.id for j in q.peek("p", "scheduled")] == [sooner, later]
     first, second = make_dead(q, "p"), make_dead(q, "p")
-    assert [j.id for j in q.peek("p", "dead")] == [second, first]
+    assert [j.id for j in q.peek("p", "dead")] == [first, second]  # oldest first
     with pytest.raises(leaseq.InvalidArgument):
         q.peek("p", "completed")
 

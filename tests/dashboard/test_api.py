@@ -102,6 +102,15 @@ def test_job_api_and_page(q: leaseq.Queue, http: httpx.Client) -> None:
     finished = make_completed(q, "one-done")
     assert http.get(f"/api/jobs/{finished}").json()["job"]["result"] == {"ok": True}
 
+    failed = q.enqueue("one-failed", max_attempts=1).id
+    [held] = q.dequeue("one-failed", worker_id="w")
+    q.nack(held, {"message": "quota spent", "code": 429})
+    assert http.get(f"/api/jobs/{failed}").json()["job"]["error_detail"] == {
+        "message": "quota spent", "code": 429}
+    page = http.get(f"/jobs/{failed}")
+    assert 'id="error-detail"' in page.text and "429" in page.text
+    assert 'id="error-detail"' not in http.get(f"/jobs/{make_dead(q, 'one-dead')}").text
+
 
 def test_errors_are_json_with_fitting_status(q: leaseq.Queue, http: httpx.Client) -> None:
     missing = http.get("/api/jobs/987654321")

@@ -101,6 +101,10 @@ class Job:
             extends by this much unless told otherwise.
         headers: The string map enqueued with the job (``enqueue(headers=...)``; with
             ``leaseq.tracing`` on, the trace context too), or None.
+        available_at: When the job became due for this lease (database clock, UTC).
+        reserves: Times the job was leased, this lease included.
+        releases: Times it was given back by ``release``.
+        timeouts: Leases of it that ran out and were reclaimed.
     """
 
     id: int
@@ -117,6 +121,10 @@ class Job:
     created_at: datetime
     lease: float = field(default=30.0, compare=False)
     headers: dict[str, str] | None = None
+    available_at: datetime | None = None
+    reserves: int = 0
+    releases: int = 0
+    timeouts: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,11 @@ class JobInfo:
     ``nack`` or a lease that ran out), ``updated_at`` the time of its last state change.
     ``lease`` is the job's own lease length in seconds, when it was enqueued with one.
     ``headers`` is the string map enqueued with the job (see ``Job.headers``), or None.
+    ``error_detail`` is the last failure as a JSON object: what ``nack`` was given (a
+    dict kept as given; an exception as ``{"type", "message", "traceback"}``; a string
+    as ``{"message"}``), ``{"message": error}`` for errors stored without one (bury,
+    discard, cancel and reclaim reasons, rows written before migration), None when
+    ``error`` is None.
     """
 
     id: int
@@ -163,6 +176,15 @@ class JobInfo:
     updated_at: datetime | None = None
     lease: float | None = None
     headers: dict[str, str] | None = None
+    error_detail: dict[str, Any] | None = None
+
+
+def error_detail(error: str | None, detail: Any) -> dict[str, Any] | None:
+    """``JobInfo.error_detail`` from the stored text and detail (a decoded JSON object,
+    or None when none was stored)."""
+    if isinstance(detail, dict):
+        return detail
+    return None if error is None else {"message": error}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import Job, JobState
-from leaseq._core.validate import error_text
+from leaseq._core.validate import Raised, error_text
 from leaseq.outcomes import Bury, Discard, Retry
 
 Action = Literal["ack", "nack", "bury", "discard", "release"]
@@ -71,7 +71,11 @@ def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
     if outcome.action == "ack":
         return [("ack", (job, outcome.result), {})]
     if outcome.action == "nack":
-        return [("nack", (job, outcome.error), {"delay": outcome.delay, "backoff": backoff})]
+        # The readable error stays the handler's traceback; the exception goes with it
+        # as JobInfo.error_detail.
+        error: object = outcome.error if outcome.exc is None else Raised(outcome.error,
+                                                                         outcome.exc)
+        return [("nack", (job, error), {"delay": outcome.delay, "backoff": backoff})]
     if outcome.action == "bury":
         return [("bury", (job,), {"reason": outcome.error})]
     if outcome.action == "discard":

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import traceback
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,6 +25,8 @@ MAX_WORKER_ID = 200
 MAX_HEADERS = 64
 MAX_HEADER_KEY = 100
 MAX_HEADERS_BYTES = 8192
+MAX_ERROR_DETAIL = 65536
+MAX_TRACEBACK = 16384
 INT32 = (-(2**31), 2**31 - 1)
 MAX_ATTEMPTS = 1_000_000  # a job's max_attempts, and a queue's
 MAX_SECONDS = 10 * 365 * 86400  # any duration: ten years, beyond that it is a mistake
@@ -204,3 +208,46 @@ def error_text(value: object) -> str | None:
     if not _utf8(text):
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= 65536 else text[:65520] + "...[truncated]"
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An error the worker records: ``text`` as the readable error (the traceback it has
+    always stored) and ``exc``, the exception, as its detail."""
+
+    text: str | None
+    exc: BaseException
+
+
+def _exception_detail(value: BaseException) -> str:
+    """``{"type", "message", "traceback"}`` of an exception, as JSON text."""
+    message = error_text(str(value)) or ""
+    trace = error_text("".join(
+        traceback.format_exception(type(value), value, value.__traceback__))) or ""
+    if len(trace) > MAX_TRACEBACK:  # keep the end: where it was raised
+        trace = "...[truncated]" + trace[-MAX_TRACEBACK:]
+    record = {"type": type(value).__name__, "message": message[:MAX_TRACEBACK],
+              "traceback": trace}
+    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+
+
+def error_record(value: object) -> tuple[str | None, str | None]:
+    """What ``nack(job, error=...)`` stores: the readable text and the error as a JSON
+    object (text), or None when the text says it all (a string: read back as
+    ``{"message": text}``).
+
+    A dict is kept as given (it must encode as JSON, at most ``MAX_ERROR_DETAIL`` bytes;
+    its text is its ``"message"`` when that is a string, else its JSON). An exception is
+    ``{"type", "message", "traceback"}`` and reads ``"Type: message"``; a traceback
+    longer than ``MAX_TRACEBACK`` characters loses its start (where it was raised stays),
+    a message its end. A ``Raised`` (the worker's) is its text with its exception's
+    detail. Anything else is text, as ``error_text`` makes it."""
+    if isinstance(value, Mapping):
+        detail = encode(value, MAX_ERROR_DETAIL, "error")
+        message = value.get("message")
+        return error_text(message if isinstance(message, str) else detail), detail
+    if isinstance(value, BaseException):
+        return error_text(f"{type(value).__name__}: {value}"), _exception_detail(value)
+    if isinstance(value, Raised):
+        return error_text(value.text), _exception_detail(value.exc)
+    return error_text(value), None

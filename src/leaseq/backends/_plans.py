@@ -26,6 +26,7 @@ REPEATABLE = frozenset({
     "get", "stats", "peek", "queue_configs", "server_version", "oldest_transaction_age",
     "list_jobs", "paused",
     "next_due", "get_flow",
+    "priority_counts",
 })
 # A write leaseq does not repeat (enqueue, nack, ...) whose connection dropped may have
 # committed before the reply was lost (reliability research S6): the error says so.
@@ -34,7 +35,8 @@ UNKNOWN = ("; if the connection dropped after the request was sent, the write ma
            "see docs/reliability.md)")
 READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version",
                    "oldest_transaction_age", "list_jobs",
-                   "paused", "next_due", "get_flow"})
+                   "paused", "next_due", "get_flow",
+                   "priority_counts"})
 
 
 def outcome_unknown(error: LeaseqError) -> LeaseqError:
@@ -106,8 +108,11 @@ class PlanBackend:
     def renew_many(self, items: Sequence[tuple[int, int, float]]) -> Any:
         return self.run("renew_many", lambda: self.ops.renew_many(items))
 
-    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Any:
-        return self.run("fail", lambda: self.ops.fail(job_id, token, error, delay))
+    def fail(
+        self, job_id: int, token: int, error: str | None, delay: float,
+        detail: str | None = None,
+    ) -> Any:
+        return self.run("fail", lambda: self.ops.fail(job_id, token, error, delay, detail))
 
     def fail_many(self, items: Sequence[FailItem]) -> Any:
         # Not repeated after a dropped connection: the first attempt may have committed.
@@ -150,6 +155,9 @@ class PlanBackend:
 
     def peek(self, queue: str, state: PeekState, limit: int) -> Any:
         return self.run("peek", lambda: self.ops.peek(queue, state, limit))
+
+    def priority_counts(self, queue: str) -> Any:
+        return self.run("priority_counts", lambda: self.ops.priority_counts(queue))
 
     def configure_queue(self, queue: str, changes: Mapping[str, int | float | None]) -> Any:
         return self.run("configure_queue", lambda: self.ops.configure_queue(queue, changes))

@@ -26,8 +26,8 @@ RenewOutcome = tuple[datetime, bool] | None | TouchLimitExceeded
 """Per job of ``renew_many``: ``(lease_until, cancel_requested)`` while held, None for a
 stale lease, a ``TouchLimitExceeded`` (returned, not raised) when a touch limit refused
 the extension."""
-FailItem = tuple[int, int, str | None, float]
-"""``(job_id, token, error, delay)`` of ``fail_many``."""
+FailItem = tuple[int, int, str | None, float, str | None]
+"""``(job_id, token, error, delay, detail)`` of ``fail_many``."""
 StepItem = tuple[int, int, str | None, FlowLink]
 """``(job_id, token, result, link)`` of ``complete_steps``: a job of a chain or group."""
 
@@ -190,14 +190,23 @@ class Backend(Protocol):
         """``renew`` for each ``(id, token, extend)``, touch limits included, in one
         transaction: see ``RenewOutcome``."""
 
-    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState:
+    def fail(
+        self, job_id: int, token: int, error: str | None, delay: float,
+        detail: str | None = None,
+    ) -> JobState:
         """running → available/scheduled after ``delay``; → dead when attempts are used
         up (buries + 1); → cancelled (history) when a cancel was requested. Sets
-        ``failed_at``."""
+        ``failed_at``.
+
+        ``error`` is the readable text; ``detail`` the error as a JSON object (text), or
+        None when the text says it all. Both are stored when ``error`` is given (a None
+        ``detail`` then clears an earlier one) and kept into history; ``get`` returns the
+        detail as ``JobInfo.error_detail`` (``{"message": error}`` when none is stored).
+        Every other write of an error (bury, discard, cancel, reclaim) stores no detail."""
 
     def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
-        """``fail`` for each ``(id, token, error, delay)`` in one transaction: the state
-        after per job, None (nothing changed) per stale lease."""
+        """``fail`` for each ``(id, token, error, delay, detail)`` in one transaction: the
+        state after per job, None (nothing changed) per stale lease."""
 
     def release(
         self, job_id: int, token: int, delay: float, priority: int | None = None
@@ -212,8 +221,8 @@ class Backend(Protocol):
         given."""
 
     def kick(self, queue: str, limit: int) -> int:
-        """dead → available (fresh attempts, kicks + 1) for up to ``limit`` jobs, oldest
-        (lowest id) first."""
+        """dead → available (fresh attempts, kicks + 1) for up to ``limit`` jobs, by
+        priority desc, then oldest (lowest id) first."""
 
     def retry(self, job_id: int) -> None:
         """dead or scheduled → available now (dead jobs get fresh attempts, kicks + 1)."""
@@ -243,8 +252,13 @@ class Backend(Protocol):
     def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]:
         """Up to ``limit`` jobs of ``queue``, changing nothing: ``available``, the due
         jobs in claim order (priority desc, available_at, id; pause ignored);
-        ``scheduled``, the jobs not yet due by (available_at, id); ``dead``, newest
-        (highest id) first."""
+        ``scheduled``, the jobs not yet due by (available_at, id); ``dead``, in the order
+        ``kick`` takes them (priority desc, id)."""
+
+    def priority_counts(self, queue: str) -> dict[int, int]:
+        """``{priority: n}`` of the available (due now) jobs of ``queue``, for each
+        priority that has any; pause ignored, scheduled jobs not counted. Changes
+        nothing."""
 
     def configure_queue(
         self, queue: str, changes: Mapping[str, int | float | None]
@@ -321,7 +335,10 @@ class AsyncBackend(Protocol):
     async def complete_steps(self, items: Sequence[StepItem]) -> list[bool]: ...
     async def get_flow(self, flow_id: str) -> FlowState | None: ...
     async def renew_many(self, items: Sequence[tuple[int, int, float]]) -> list[RenewOutcome]: ...
-    async def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState: ...
+    async def fail(
+        self, job_id: int, token: int, error: str | None, delay: float,
+        detail: str | None = None,
+    ) -> JobState: ...
     async def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]: ...
     async def release(
         self, job_id: int, token: int, delay: float, priority: int | None = None
@@ -340,6 +357,7 @@ class AsyncBackend(Protocol):
         kind: str | None = None, unique_key: str | None = None,
     ) -> list[JobInfo]: ...
     async def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]: ...
+    async def priority_counts(self, queue: str) -> dict[int, int]: ...
     async def configure_queue(
         self, queue: str, changes: Mapping[str, int | float | None]
     ) -> QueueConfig: ...

@@ -26,6 +26,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    error_detail,
 )
 from leaseq._core.validate import decode
 from leaseq.backends._flows import decode_step, encode_step
@@ -83,6 +84,7 @@ class _Row:
     failed_at: float | None = None
     updated_at: float | None = None
     headers: str | None = None  # JSON text, as stored by the other backends
+    error_detail: str | None = None  # JSON text of the error, when nack gave more than text
 
 
 @dataclass
@@ -98,6 +100,11 @@ class _Flow:
 
 def _dt(t: float | None) -> datetime | None:
     return None if t is None else datetime.fromtimestamp(t, timezone.utc)
+
+
+def _kick_order(r: _Row) -> tuple[int, int]:
+    """The order ``kick`` takes dead jobs in: priority desc, then oldest (lowest id)."""
+    return -r.priority, r.id
 
 
 class MemoryBackend:
@@ -268,7 +275,8 @@ class MemoryBackend:
                     unique_key=r.unique_key, lease_token=r.lease_token,
                     lease_until=_dt(r.lease_until), worker_id=worker_id,  # type: ignore[arg-type]
                     created_at=_dt(r.created_at), lease=seconds,  # type: ignore[arg-type]
-                    headers=decode(r.headers),
+                    headers=decode(r.headers), available_at=_dt(r.available_at),
+                    reserves=r.reserves, releases=r.releases, timeouts=r.timeouts,
                 ))
             return jobs
 
@@ -317,14 +325,21 @@ class MemoryBackend:
                 raise JobCancelled(f"job {job_id} was cancelled; stop work and release or nack it")
             return until
 
-    def _archive(self, r: _Row, state: JobState, result: str | None, error: str | None) -> None:
+    def _archive(
+        self, r: _Row, state: JobState, result: str | None, error: str | None,
+        detail: str | None = None,
+    ) -> None:
         del self.live[r.id]
         now = self.clock()
         if r.unique_key is not None:
             self.unique.pop((r.queue, r.unique_key), None)
             self.finished_keys[(r.queue, r.unique_key)] = r.id
-        error = None if state == "completed" else (error if error is not None else r.error)
+        if state == "completed":
+            error = detail = None
+        elif error is None:
+            error, detail = r.error, r.error_detail
         self.history[r.id] = replace(r, state=state, result=result, error=error,
+                                     error_detail=detail,
                                      finished_at=now, updated_at=now, lease_until=None,
                                      cancel_requested=False)
 
@@ -415,36 +430,47 @@ class MemoryBackend:
                 out.append(refused or (_dt(r.lease_until), r.cancel_requested))  # type: ignore[arg-type]
             return out
 
-    def _reschedule(self, r: _Row, delay: float, error: str | None) -> JobState:
+    @staticmethod
+    def _set_error(r: _Row, error: str | None, detail: str | None) -> None:
+        """A new error replaces the text and the detail; no error keeps both."""
+        if error is not None:
+            r.error, r.error_detail = error, detail
+
+    def _reschedule(
+        self, r: _Row, delay: float, error: str | None, detail: str | None = None
+    ) -> JobState:
         now = self.clock()
         r.state, r.lease_until, r.updated_at = "available", None, now
         r.available_at = now + delay
-        r.error = error if error is not None else r.error
+        self._set_error(r, error, detail)
         return "scheduled" if delay > 0 else "available"
 
-    def _to_dead(self, r: _Row, error: str | None) -> None:
+    def _to_dead(self, r: _Row, error: str | None, detail: str | None = None) -> None:
         r.state, r.lease_until, r.updated_at = "dead", None, self.clock()
         r.buries += 1
-        r.error = error if error is not None else r.error
+        self._set_error(r, error, detail)
 
-    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> JobState:
+    def fail(
+        self, job_id: int, token: int, error: str | None, delay: float,
+        detail: str | None = None,
+    ) -> JobState:
         with self.lock:
             r = self._held(job_id, token)
             r.failed_at = self.clock()
             if r.cancel_requested:
-                self._archive(r, "cancelled", None, error)
+                self._archive(r, "cancelled", None, error, detail)
                 return "cancelled"
             if r.attempts >= r.max_attempts:
-                self._to_dead(r, error)
+                self._to_dead(r, error, detail)
                 return "dead"
-            return self._reschedule(r, delay, error)
+            return self._reschedule(r, delay, error, detail)
 
     def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
         with self.lock:  # one lock hold: all or nothing is seen, as one transaction
             out: list[JobState | None] = []
-            for job_id, token, error, delay in items:
+            for job_id, token, error, delay, detail in items:
                 try:
-                    out.append(self.fail(job_id, token, error, delay))
+                    out.append(self.fail(job_id, token, error, delay, detail))
                 except LeaseLost:
                     out.append(None)
             return out
@@ -480,10 +506,11 @@ class MemoryBackend:
 
     def kick(self, queue: str, limit: int) -> int:
         with self.lock:
-            dead = sorted(i for i, r in self.live.items() if r.queue == queue and r.state == "dead")
-            for job_id in dead[:limit]:
-                self._revive(self.live[job_id])
-            return len(dead[:limit])
+            dead = sorted((r for r in self.live.values() if r.queue == queue and r.state == "dead"),
+                          key=_kick_order)[:limit]
+            for r in dead:
+                self._revive(r)
+            return len(dead)
 
     def _state(self, r: _Row) -> JobState:
         if r.state == "available" and r.available_at > self.clock():
@@ -551,6 +578,7 @@ class MemoryBackend:
             releases=r.releases, buries=r.buries, kicks=r.kicks, failed_at=_dt(r.failed_at),
             updated_at=_dt(r.updated_at if r.updated_at is not None else r.created_at),
             lease=r.lease, headers=decode(r.headers),
+            error_detail=error_detail(r.error, decode(r.error_detail)),
         )
 
     def stats(self) -> dict[str, QueueStats]:
@@ -591,8 +619,16 @@ class MemoryBackend:
             elif state == "scheduled":
                 rows.sort(key=lambda r: (r.available_at, r.id))
             else:
-                rows.sort(key=lambda r: -r.id)
+                rows.sort(key=_kick_order)
             return [self._info(r) for r in rows[:limit]]
+
+    def priority_counts(self, queue: str) -> dict[int, int]:
+        with self.lock:
+            counts: dict[int, int] = {}
+            for r in self.live.values():
+                if r.queue == queue and self._state(r) == "available":
+                    counts[r.priority] = counts.get(r.priority, 0) + 1
+            return dict(sorted(counts.items(), reverse=True))
 
     def set_paused(self, queue: str, paused: bool) -> None:
         with self.lock:
@@ -644,6 +680,7 @@ class MemoryBackend:
                     self._to_dead(r, "lease expired")
                 else:
                     r.state, r.lease_until, r.error = "available", None, "lease expired"
+                    r.error_detail = None
                     r.available_at = r.updated_at = now
             return len(expired) + self._discard_old_dead(now, limit)
 

@@ -267,7 +267,7 @@ def get(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
         emit(info_dict(j))
         return
     for key, value in info_dict(j).items():
-        if key in ("payload", "result"):
+        if key in ("payload", "result", "error_detail"):
             value = json.dumps(value, ensure_ascii=False)
         click.echo(f"{key:>16}: {value}")
 
@@ -407,13 +407,23 @@ def queue() -> None:
     """Show or change one queue's settings (stored in the database)."""
 
 
-def show_config(config: leaseq.QueueConfig, json_out: bool) -> None:
+def show_config(config: leaseq.QueueConfig, json_out: bool,
+                counts: dict[int, int] | None = None) -> None:
+    """A queue's settings; with ``counts`` (``priority_counts``) its due jobs per
+    priority too (JSON: ``available_by_priority``, keys as text)."""
     if json_out:
-        emit(config.as_dict())
+        shown: dict[str, Any] = config.as_dict()
+        if counts is not None:
+            shown["available_by_priority"] = {str(p): n for p, n in counts.items()}
+        emit(shown)
         return
     click.echo(f"queue {config.queue}")
     for name, value in zip(SETTINGS, config_row(config), strict=True):
         click.echo(f"{name:>20}: {value if value != '-' else '- (default)'}")
+    if counts is not None:
+        click.echo("available by priority" + ("" if counts else ": none"))
+        for priority, n in counts.items():
+            click.echo(f"{priority:>20}: {n}")
 
 
 @queue.command(name="show")
@@ -421,9 +431,10 @@ def show_config(config: leaseq.QueueConfig, json_out: bool) -> None:
 @database
 @as_json
 def queue_show(name: str, url: str, table_prefix: str, json_out: bool) -> None:
-    """Show the settings of queue NAME."""
+    """Show the settings of queue NAME and its available jobs per priority."""
     with connect(url, table_prefix) as q:
-        show_config(q.queue_config(name), json_out)
+        config, counts = q.queue_config(name), q.priority_counts(name)
+    show_config(config, json_out, counts)
 
 
 def setting_options(f: F) -> F:

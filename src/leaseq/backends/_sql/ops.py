@@ -29,6 +29,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    error_detail,
 )
 from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import decode
@@ -437,13 +438,13 @@ class SqlOps:
         if r.rowcount == len(rows):
             # What claim_ids just wrote, from values read under the same lock.
             return [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12],
-                     seconds, c[17]) for c in rows]
+                     seconds, c[17], c[18] + 1, c[19], c[20]) for c in rows]
         # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
         # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this claim
         # really leased, as stored.
         r = yield Stmt("jobs_by_ids", params)
         tokens = {c[0]: c[8] + 1 for c in rows}
-        return [(*j[:13], seconds, j[13]) for j in r.rows if tokens.get(j[0]) == j[8]]
+        return [(*j[:13], seconds, *j[13:]) for j in r.rows if tokens.get(j[0]) == j[8]]
 
     def claim_branches(
         self, queues: Sequence[str], gated: Collection[str] = ()
@@ -456,7 +457,8 @@ class SqlOps:
 
     def jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
         """Leased jobs in claim order from rows of ``JOB_COLUMNS`` followed by the lease
-        applied, in seconds, and the headers."""
+        applied, in seconds, the headers, and the counters reserves (this lease
+        included), releases and timeouts."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
         dt = self.d.dt
         return [
@@ -464,7 +466,8 @@ class SqlOps:
                 id=int(r[0]), queue=r[1], kind=r[2], payload=decode(r[3]), priority=r[4],
                 attempts=r[5], max_attempts=r[6], unique_key=r[7], lease_token=int(r[8]),
                 lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
-                lease=float(r[13]), headers=decode(r[14]),
+                lease=float(r[13]), headers=decode(r[14]), available_at=dt(r[12]),
+                reserves=int(r[15]), releases=int(r[16]), timeouts=int(r[17]),
             )
             for r in rows
         ]
@@ -710,60 +713,68 @@ class SqlOps:
         return verdict, (cast(datetime, self.d.dt(until)), bool(cancel))
 
     def archive(
-        self, job_id: int, state: JobState, *, result: str | None, error: str | None
+        self, job_id: int, state: JobState, *, result: str | None, error: str | None,
+        detail: str | None = None,
     ) -> Plan[None]:
         """Writes the history row and removes the live row; callers hold the row."""
-        params = {"id": job_id, "state": state, "result": result, "error": error}
+        params = {"id": job_id, "state": state, "result": result, "error": error,
+                  "detail": detail}
         yield Stmt("archive", params)
         yield Stmt("delete_job", {"id": job_id})
 
-    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Plan[JobState]:
+    def fail(
+        self, job_id: int, token: int, error: str | None, delay: float,
+        detail: str | None = None,
+    ) -> Plan[JobState]:
         held = yield from self.lock_held(job_id, token)
-        return (yield from self.fail_held(job_id, *held, error=error, delay=delay))
+        return (yield from self.fail_held(job_id, *held, error=error, delay=delay,
+                                          detail=detail))
 
     def fail_many(self, items: Sequence[FailItem]) -> Plan[list[JobState | None]]:
         """``fail`` for each ``(id, token, error, delay)`` in one transaction: one locking
         read of every job still held (``lock_held_many``), then each job's own write; None
         (nothing changed) per stale lease."""
-        pairs = list(dict.fromkeys((job_id, token) for job_id, token, _, _ in items))
+        pairs = list(dict.fromkeys((item[0], item[1]) for item in items))
         params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
         r = yield Stmt("lock_held_many", params)
         held = {(int(row[0]), int(row[1])): (row[2], row[3], bool(row[4])) for row in r.rows}
         states: list[JobState | None] = []
-        for job_id, token, error, delay in items:
+        for job_id, token, error, delay, detail in items:
             lease = held.pop((job_id, token), None)  # a job listed twice fails once
             if lease is None:
                 states.append(None)
             else:
                 states.append((yield from self.fail_held(job_id, *lease, error=error,
-                                                         delay=delay)))
+                                                         delay=delay, detail=detail)))
         return states
 
     def fail_held(
         self, job_id: int, attempts: int, max_attempts: int, cancel_requested: bool, *,
-        error: str | None, delay: float,
+        error: str | None, delay: float, detail: str | None = None,
     ) -> Plan[JobState]:
         """The failure of a job this transaction holds: cancelled when a cancel was
         requested, dead when its attempts are used up, else back to the queue after
         ``delay``; ``failed_at`` set in each case."""
         if cancel_requested:
             yield Stmt("note_failure", {"id": job_id, "timeout": 0})
-            yield from self.archive(job_id, "cancelled", result=None, error=error)
+            yield from self.archive(job_id, "cancelled", result=None, error=error,
+                                    detail=detail)
             return "cancelled"
         if attempts >= max_attempts:
-            params = {"id": job_id, "error": error, "priority": None, "failed": True}
+            params = {"id": job_id, "error": error, "detail": detail, "priority": None,
+                      "failed": True}
             yield Stmt("to_dead", params)
             return "dead"
-        return (yield from self.reschedule(job_id, delay, error, give_back=0))
+        return (yield from self.reschedule(job_id, delay, error, give_back=0, detail=detail))
 
     def reschedule(
         self, job_id: int, delay: float, error: str | None, give_back: int,
-        priority: int | None = None,
+        priority: int | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
         """Back to the queue after ``delay``: a release (``give_back`` 1, the attempt
         returned) or a failure (0)."""
         params = {"id": job_id, "delay": self.d.span(delay), "error": error,
-                  "give_back": give_back, "priority": priority}
+                  "detail": detail, "give_back": give_back, "priority": priority}
         yield Stmt("reschedule", params)
         return "scheduled" if delay > 0 else "available"
 
@@ -780,12 +791,14 @@ class SqlOps:
         self, job_id: int, token: int, reason: str | None, priority: int | None = None
     ) -> Plan[None]:
         yield from self.lock_held(job_id, token)
-        yield Stmt("to_dead", {"id": job_id, "error": reason, "priority": priority,
-                               "failed": False})
+        yield Stmt("to_dead", {"id": job_id, "error": reason, "detail": None,
+                               "priority": priority, "failed": False})
 
     # -- operator verbs ------------------------------------------------------------------
 
     def kick(self, queue: str, limit: int) -> Plan[int]:
+        """Up to ``limit`` dead jobs by priority desc, then id: the order of
+        ``peek_dead``."""
         r = yield Stmt("kick", {"queue": queue, "limit": limit})
         return r.rowcount
 
@@ -833,9 +846,9 @@ class SqlOps:
         return self.info(r.rows[0])
 
     def info(self, r: tuple[Any, ...]) -> JobInfo:
-        """A ``JobInfo`` from a row of ``get_live``'s 28 columns: ``id`` .. ``now``, then
+        """A ``JobInfo`` from a row of ``get_live``'s 29 columns: ``id`` .. ``now``, then
         reserves, timeouts, releases, buries, kicks, failed_at, updated_at, lease,
-        headers."""
+        headers, error_detail."""
         dt = self.d.dt
         state, available_at, now = r[3], dt(r[9]), dt(r[18])
         if state == "available" and available_at and now and available_at > now:
@@ -849,7 +862,7 @@ class SqlOps:
             cancel_requested=bool(r[17]), reserves=int(r[19]), timeouts=int(r[20]),
             releases=int(r[21]), buries=int(r[22]), kicks=int(r[23]), failed_at=dt(r[24]),
             updated_at=dt(r[25]), lease=None if r[26] is None else float(r[26]),
-            headers=decode(r[27]),
+            headers=decode(r[27]), error_detail=error_detail(r[16], decode(r[28])),
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
@@ -878,6 +891,11 @@ class SqlOps:
         ``peek_*`` queries)."""
         r = yield Stmt(f"peek_{state}", {"queue": queue, "limit": limit})
         return [self.info(row) for row in r.rows]
+
+    def priority_counts(self, queue: str) -> Plan[dict[int, int]]:
+        """One grouped read of the queue's due range of the claim index."""
+        r = yield Stmt("priority_counts", {"queue": queue})
+        return {int(priority): int(n) for priority, n in r.rows}
 
     def configure_queue(
         self, queue: str, changes: Mapping[str, int | float | None]

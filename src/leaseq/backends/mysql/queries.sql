@@ -73,7 +73,8 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at),
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
-       (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers
+       (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers,
+       reserves, releases, timeouts
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
   AND (sort_priority > :from_priority
@@ -103,7 +104,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), lease_token,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', lease_until), worker_id,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
-       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers, reserves, releases, timeouts
 FROM {prefix}jobs
 WHERE id IN :ids AND state = 'running' AND worker_id = :worker_id AND lease_until = :until;
 
@@ -127,12 +128,13 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, error_detail)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
        created_at, started_at, UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       UTC_TIMESTAMP(6), headers
+       UTC_TIMESTAMP(6), headers,
+       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -143,6 +145,7 @@ DELETE FROM {prefix}jobs WHERE id = :id;
 -- keeps the job's priority (sort_priority follows it).
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error, last_error),
+    error_detail = CASE WHEN :error IS NULL THEN error_detail ELSE :detail END,
     priority = COALESCE(:priority, priority), buries = buries + 1,
     failed_at = CASE WHEN :failed THEN UTC_TIMESTAMP(6) ELSE failed_at END,
     updated_at = UTC_TIMESTAMP(6)
@@ -156,6 +159,7 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     releases = releases + :give_back, priority = COALESCE(:priority, priority),
     available_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND),
     last_error = COALESCE(:error, last_error),
+    error_detail = CASE WHEN :error IS NULL THEN error_detail ELSE :detail END,
     failed_at = CASE WHEN :give_back = 0 THEN UTC_TIMESTAMP(6) ELSE failed_at END,
     updated_at = UTC_TIMESTAMP(6)
 WHERE id = :id;
@@ -171,7 +175,7 @@ UPDATE {prefix}jobs
 SET state = 'available', attempts = 0, available_at = UTC_TIMESTAMP(6), kicks = kicks + 1,
     updated_at = UTC_TIMESTAMP(6)
 WHERE queue = :queue AND state = 'dead'
-ORDER BY id LIMIT :limit;
+ORDER BY sort_priority, id LIMIT :limit;
 
 -- name: retry_job
 -- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
@@ -210,7 +214,8 @@ id, queue, kind, state, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), available_at, lease_until, worker_id, created_at,
        started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease, headers;
+       COALESCE(updated_at, created_at), lease, headers,
+       error_detail;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -218,7 +223,8 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
        UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease, headers;
+       COALESCE(updated_at, finished_at), lease, headers,
+       error_detail;
 
 -- name: get_live
 -- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
@@ -255,13 +261,13 @@ FOR UPDATE SKIP LOCKED;
 -- name: reclaim_to_available
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, available_at = UTC_TIMESTAMP(6),
-    last_error = 'lease expired', timeouts = timeouts + 1, failed_at = UTC_TIMESTAMP(6),
+    last_error = 'lease expired', error_detail = NULL, timeouts = timeouts + 1, failed_at = UTC_TIMESTAMP(6),
     updated_at = UTC_TIMESTAMP(6)
 WHERE id IN :ids AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6);
 
 -- name: reclaim_to_dead
 UPDATE {prefix}jobs
-SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
+SET state = 'dead', lease_until = NULL, last_error = :error, error_detail = NULL, timeouts = timeouts + 1,
     buries = buries + 1, failed_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
 WHERE id IN :ids AND state = 'running' AND lease_until <= UTC_TIMESTAMP(6);
 
@@ -289,10 +295,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, error_detail)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers,
+       error_detail
 FROM {prefix}jobs FORCE INDEX (PRIMARY) WHERE id IN :ids AND state = 'dead';
 
 -- name: delete_dead
@@ -476,6 +483,13 @@ WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6
 ORDER BY sort_priority, available_at, id
 LIMIT :limit;
 
+-- name: priority_counts
+-- Due jobs per priority, highest first: the queue's due range of the claim index.
+SELECT priority, COUNT(*) FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
+WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
+GROUP BY sort_priority, priority
+ORDER BY sort_priority;
+
 -- name: peek_scheduled
 -- Jobs not yet due, soonest first: the queue's available range of the claim index, sorted.
 SELECT {_live_row}
@@ -485,11 +499,12 @@ ORDER BY available_at, id
 LIMIT :limit;
 
 -- name: peek_dead
--- Newest dead jobs first: the queue's dead range of the claim index, sorted.
+-- Dead jobs in the order kick takes them (priority desc, then oldest first): the
+-- queue's dead range of the claim index, sorted.
 SELECT {_live_row}
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'dead'
-ORDER BY id DESC
+ORDER BY sort_priority, id
 LIMIT :limit;
 
 -- name: configure_queue

@@ -98,7 +98,8 @@ SET state = 'running', attempts = j.attempts + 1, lease_token = j.lease_token + 
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.unique_key, j.lease_token, j.lease_until, j.worker_id, j.created_at,
-          j.available_at, picked.seconds, j.headers;
+          j.available_at, picked.seconds, j.headers, j.reserves, j.releases,
+          j.timeouts;
 
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
@@ -139,12 +140,13 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, error_detail)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
-       lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
+       lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
+       CASE WHEN :state::text = 'completed' THEN NULL WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END
 FROM {prefix}jobs WHERE id = :id
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -156,6 +158,7 @@ DELETE FROM {prefix}jobs WHERE id = :id;
 -- keeps the job's priority.
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error::text, last_error),
+    error_detail = CASE WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END,
     priority = COALESCE(:priority::integer, priority), buries = buries + 1,
     failed_at = CASE WHEN :failed::boolean THEN now() ELSE failed_at END, updated_at = now()
 WHERE id = :id
@@ -169,6 +172,7 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     releases = releases + :give_back, priority = COALESCE(:priority::integer, priority),
     available_at = now() + make_interval(secs => :delay),
     last_error = COALESCE(:error::text, last_error),
+    error_detail = CASE WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END,
     failed_at = CASE WHEN :give_back = 0 THEN now() ELSE failed_at END, updated_at = now()
 WHERE id = :id;
 
@@ -182,7 +186,7 @@ UPDATE {prefix}jobs
 SET state = 'available', attempts = 0, available_at = now(), kicks = kicks + 1,
     updated_at = now()
 WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
-             ORDER BY id LIMIT :limit FOR UPDATE SKIP LOCKED);
+             ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED);
 
 -- name: retry_job
 -- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
@@ -218,7 +222,8 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL::timestamptz,
        NULL::text, last_error, cancel_requested, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease, headers;
+       COALESCE(updated_at, created_at), lease, headers,
+       error_detail;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -226,7 +231,8 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL::timestamptz, NULL::timestamptz, worker_id, created_at, started_at, finished_at,
        result, error, false, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease, headers;
+       COALESCE(updated_at, finished_at), lease, headers,
+       error_detail;
 
 -- name: get_live
 -- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
@@ -261,13 +267,13 @@ FOR UPDATE SKIP LOCKED;
 -- name: reclaim_to_available
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, available_at = now(),
-    last_error = 'lease expired', timeouts = timeouts + 1, failed_at = now(),
+    last_error = 'lease expired', error_detail = NULL, timeouts = timeouts + 1, failed_at = now(),
     updated_at = now()
 WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now();
 
 -- name: reclaim_to_dead
 UPDATE {prefix}jobs
-SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
+SET state = 'dead', lease_until = NULL, last_error = :error, error_detail = NULL, timeouts = timeouts + 1,
     buries = buries + 1, failed_at = now(), updated_at = now()
 WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now()
 RETURNING pg_notify('{prefix}done', id::text);
@@ -297,10 +303,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, error_detail)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
+       error_detail
 FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead'
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -525,6 +532,13 @@ WHERE queue = :queue AND state = 'available' AND available_at <= now()
 ORDER BY priority DESC, available_at, id
 LIMIT :limit;
 
+-- name: priority_counts
+-- Due jobs per priority, highest first: the queue's due range of the claim index.
+SELECT priority, count(*) FROM {prefix}jobs
+WHERE queue = :queue AND state = 'available' AND available_at <= now()
+GROUP BY priority
+ORDER BY priority DESC;
+
 -- name: peek_scheduled
 -- Jobs not yet due, soonest first: the queue's range of the claim index, then a top-N sort.
 SELECT {_live_row}
@@ -534,11 +548,12 @@ ORDER BY available_at, id
 LIMIT :limit;
 
 -- name: peek_dead
--- Newest dead jobs first, backwards along the dead index.
+-- Dead jobs in the order kick takes them (priority desc, then oldest first), along the
+-- kick index (migration 0008).
 SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'dead'
-ORDER BY id DESC
+ORDER BY priority DESC, id
 LIMIT :limit;
 
 -- name: configure_queue

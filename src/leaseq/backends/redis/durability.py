@@ -27,7 +27,8 @@ OPTIONS = ("wait_replicas", "wait_timeout", "wait_aof")
 DEFAULT_TIMEOUT_MS = 1000
 WAITAOF_VERSION = (7, 2)
 READ_SCRIPTS = frozenset({"configs", "get", "heads", "list", "locate", "next_due", "peek",
-                          "queues", "stats"})
+                          "queues", "stats",
+                          "priority_counts"})
 Shortfall = tuple[int, "bool | None", str]
 """A write too few confirmed: replicas that did, fsynced locally (wait_aof), the node."""
 READ_COMMANDS = frozenset({"PING", "INFO", "CONFIG GET", "SCRIPT LOAD", "TIME", "HGET",

@@ -37,6 +37,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    error_detail,
 )
 from leaseq._core.validate import decode
 from leaseq.backends._flows import encode_step
@@ -236,12 +237,18 @@ class RedisOps:
             )
 
     def migrate(self) -> Plan[None]:
-        """Nothing to create: checks the server, loads the scripts, and files dead jobs
-        buried by an older leaseq in the buried set (``index_dead.lua``)."""
+        """Nothing to create: checks the server, loads the scripts, refiles dead jobs
+        an older leaseq filed by id alone in kick order (``order_dead.lua``) and files
+        those it buried in the buried set (``index_dead.lua``)."""
         yield from self.startup()
         for script in SCRIPTS.values():
             yield Call("SCRIPT LOAD", args=(script.text,), command=True)
         for names, _ in (yield from self.queue_groups()):
+            todo = list(names)
+            while todo:  # dead sets filed before the kick order (order_dead.lua)
+                keys = [key for name in todo for key in self.k.queue(name)]
+                moved = yield Call("order_dead", keys, (ROUND,))
+                todo = [name for name, n in zip(todo, moved, strict=True) if n == ROUND]
             starts = dict.fromkeys(names, 0)
             while starts:
                 keys = [key for name in starts for key in self.k.queue(name)]
@@ -367,14 +374,16 @@ class RedisOps:
         """The jobs of a ``claim.lua`` reply."""
         jobs = []
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-             token, lease_until, created_at, seconds, headers) in reply:
+             token, lease_until, created_at, seconds, headers, available_at, reserves,
+             releases, timeouts) in reply:
             job = Job(
                 id=int(job_id), queue=queue, kind=kind, payload=decode(payload),
                 priority=int(priority), attempts=int(attempts),
                 max_attempts=int(max_attempts), unique_key=unique_key,
                 lease_token=int(token), lease_until=at(lease_until), worker_id=worker_id,
                 created_at=at(created_at), lease=float(seconds),
-                headers=decode(headers),
+                headers=decode(headers), available_at=at(available_at),
+                reserves=int(reserves), releases=int(releases), timeouts=int(timeouts),
             )
             self.located.put(job.id, queue)
             jobs.append(job)
@@ -630,19 +639,22 @@ class RedisOps:
                 out.append(None)
         return out
 
-    def fail(self, job_id: int, token: int, error: str | None, delay: float) -> Plan[JobState]:
-        state = yield from self.held("fail", job_id, token, opt(error), us(delay))
+    def fail(
+        self, job_id: int, token: int, error: str | None, delay: float,
+        detail: str | None = None,
+    ) -> Plan[JobState]:
+        state = yield from self.held("fail", job_id, token, opt(error), us(delay), opt(detail))
         return state  # type: ignore[no-any-return]
 
     def fail_many(self, items: Sequence[FailItem]) -> Plan[list[JobState | None]]:
         """One script over every item's queue (``fail_many.lua``): all or nothing, like
         one transaction, across queues too."""
-        def item(i: int) -> tuple[int, int, str, int]:
-            job_id, token, error, delay = items[i]
-            return job_id, token, opt(error), us(delay)
+        def item(i: int) -> tuple[int, int, str, int, str]:
+            job_id, token, error, delay, detail = items[i]
+            return job_id, token, opt(error), us(delay), opt(detail)
 
         replies = yield from self.on_jobs(
-            [job_id for job_id, _, _, _ in items],
+            [item[0] for item in items],
             lambda run: self.grouped("fail_many", run, item),
         )
         return [None if r in (None, "lost", "missing") else r for r in replies]
@@ -761,6 +773,10 @@ class RedisOps:
     def peek(self, queue: str, state: PeekState, limit: int) -> Plan[list[JobInfo]]:
         now, flats = yield Call("peek", self.k.queue(queue), (state, limit))
         return [info(record(flat), int(now)) for flat in flats]
+
+    def priority_counts(self, queue: str) -> Plan[dict[int, int]]:
+        flat = yield Call("priority_counts", self.k.queue(queue))
+        return {int(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
     # -- queue settings ------------------------------------------------------------------
 
@@ -890,6 +906,7 @@ def info(h: dict[str, str], now: int) -> JobInfo:
         kicks=int(h.get("kicks", 0)), failed_at=dt(h.get("failed_at")),
         updated_at=at(h.get("updated_at") or h["created_at"]),
         lease=None if lease is None else float(lease), headers=decode(h.get("headers")),
+        error_detail=error_detail(h.get("error"), decode(h.get("error_detail"))),
     )
 
 

@@ -44,7 +44,8 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, NULL, NULL, created_at, available_at,
        (julianday('now') - 2440587.5) * 86400.0, lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
-       (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers
+       (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers,
+       reserves, releases, timeouts
 FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
@@ -68,7 +69,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 -- name: jobs_by_ids
 -- The claim's fallback, should claim_ids ever update other rows than it read.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
-       lease_token, lease_until, worker_id, created_at, available_at, headers
+       lease_token, lease_until, worker_id, created_at, available_at, headers, reserves,
+       releases, timeouts
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND worker_id = :worker_id AND lease_until = :until;
@@ -93,12 +95,13 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, error_detail)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0, headers
+       (julianday('now') - 2440587.5) * 86400.0, headers,
+       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: delete_job
@@ -109,6 +112,7 @@ DELETE FROM {prefix}jobs WHERE id = :id;
 -- keeps the job's priority.
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error, last_error),
+    error_detail = CASE WHEN :error IS NULL THEN error_detail ELSE :detail END,
     priority = COALESCE(:priority, priority), buries = buries + 1,
     failed_at = CASE WHEN :failed THEN (julianday('now') - 2440587.5) * 86400.0
                      ELSE failed_at END,
@@ -123,6 +127,7 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     releases = releases + :give_back, priority = COALESCE(:priority, priority),
     available_at = (julianday('now') - 2440587.5) * 86400.0 + :delay,
     last_error = COALESCE(:error, last_error),
+    error_detail = CASE WHEN :error IS NULL THEN error_detail ELSE :detail END,
     failed_at = CASE WHEN :give_back = 0 THEN (julianday('now') - 2440587.5) * 86400.0
                      ELSE failed_at END,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
@@ -141,7 +146,7 @@ SET state = 'available', attempts = 0, kicks = kicks + 1,
     available_at = (julianday('now') - 2440587.5) * 86400.0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
-             ORDER BY id LIMIT :limit);
+             ORDER BY priority DESC, id LIMIT :limit);
 
 -- name: retry_job
 -- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
@@ -180,7 +185,8 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        available_at, lease_until, worker_id, created_at, started_at, NULL, NULL,
        last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, created_at), lease, headers;
+       COALESCE(updated_at, created_at), lease, headers,
+       error_detail;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -188,7 +194,8 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL, NULL, worker_id, created_at, started_at, finished_at, result, error, 0,
        (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
-       COALESCE(updated_at, finished_at), lease, headers;
+       COALESCE(updated_at, finished_at), lease, headers,
+       error_detail;
 
 -- name: get_live
 -- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
@@ -224,7 +231,7 @@ ORDER BY lease_until LIMIT :limit;
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL,
     available_at = (julianday('now') - 2440587.5) * 86400.0,
-    last_error = 'lease expired', timeouts = timeouts + 1,
+    last_error = 'lease expired', error_detail = NULL, timeouts = timeouts + 1,
     failed_at = (julianday('now') - 2440587.5) * 86400.0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
@@ -232,7 +239,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
 
 -- name: reclaim_to_dead
 UPDATE {prefix}jobs
-SET state = 'dead', lease_until = NULL, last_error = :error, timeouts = timeouts + 1,
+SET state = 'dead', lease_until = NULL, last_error = :error, error_detail = NULL, timeouts = timeouts + 1,
     buries = buries + 1, failed_at = (julianday('now') - 2440587.5) * 86400.0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
@@ -259,11 +266,12 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, error_detail)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0, headers
+       (julianday('now') - 2440587.5) * 86400.0, headers,
+       error_detail
 FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
 
 -- name: delete_dead
@@ -487,6 +495,14 @@ WHERE queue = :queue AND state = 'available'
 ORDER BY priority DESC, available_at, id
 LIMIT :limit;
 
+-- name: priority_counts
+-- Due jobs per priority, highest first: the queue's due range of the claim index.
+SELECT priority, COUNT(*) FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
+WHERE queue = :queue AND state = 'available'
+  AND available_at <= (julianday('now') - 2440587.5) * 86400.0
+GROUP BY priority
+ORDER BY priority DESC;
+
 -- name: peek_scheduled
 -- Jobs not yet due, soonest first: the queue's range of the claim index, then a sort.
 SELECT {_live_row}
@@ -497,11 +513,12 @@ ORDER BY available_at, id
 LIMIT :limit;
 
 -- name: peek_dead
--- Newest dead jobs first, backwards along the dead index.
+-- Dead jobs in the order kick takes them (priority desc, then oldest first), along the
+-- kick index (migration 0008).
 SELECT {_live_row}
 FROM {prefix}jobs
 WHERE queue = :queue AND state = 'dead'
-ORDER BY id DESC
+ORDER BY priority DESC, id
 LIMIT :limit;
 
 -- name: configure_queue

@@ -23,7 +23,11 @@
 --   {P:Q}:delayed          ZSET    available jobs not yet promoted to ready:
 --                                  score available_at, member id
 --   {P:Q}:running          ZSET    leased jobs: score lease_until, member id
---   {P:Q}:dead             ZSET    dead jobs: score id (kick takes the oldest), member id
+--   {P:Q}:dead             ZSET    dead jobs in kick order: score -priority - 2^31 (<= 0),
+--                                  member the id as 20 digits (dead_member), so equal
+--                                  priorities sort oldest first. A leaseq before issue 24
+--                                  filed score id, member id: migrate (order_dead.lua)
+--                                  refiles those, and removals name both forms
 --   {P:Q}:completed        ZSET    history by terminal state:
 --   {P:Q}:cancelled                  score finished_at, member id
 --   {P:Q}:discarded
@@ -74,7 +78,9 @@
 -- (its last extension; the claim writes leased_at), touches? (extensions of this lease),
 -- reserves?, timeouts?, releases?, buries?, kicks? (counters), failed_at?, updated_at?
 -- (last state change; readers show created_at until then), headers? (JSON text, written
--- by enqueue and never changed). "?" = absent when null, and
+-- by enqueue and never changed), error_detail? (the last error as the JSON object nack
+-- was given; written and cleared with error, absent when the text says it all).
+-- "?" = absent when null, and
 -- an absent counter is 0: enqueue, the hot path, writes none of them.
 --
 -- TIMES are integer microseconds since the Unix epoch, written as decimal text, and
@@ -142,6 +148,15 @@ end
 
 local function pad(digits, width)
   return string.rep('0', width - #digits) .. digits
+end
+
+-- The member of a dead job in its queue's dead set (KEY SCHEMA), and its score.
+local function dead_member(id)
+  return pad(int(tonumber(id)), 20)
+end
+
+local function dead_score(priority)
+  return int(-tonumber(priority) - 2147483648)
 end
 
 local function nines(digit)
@@ -220,15 +235,27 @@ local function completed_by(key, token)
   return f.state == 'completed' and f.lease_token == token
 end
 
+-- A new error `err` replaces the last one with its JSON `detail` (false: none, and any
+-- earlier detail goes); no error keeps both.
+local function set_error(key, set, err, detail)
+  if not err then return end
+  set[#set + 1] = 'error'; set[#set + 1] = err
+  if detail then
+    set[#set + 1] = 'error_detail'; set[#set + 1] = detail
+  else
+    redis.call('HDEL', key, 'error_detail')
+  end
+end
+
 -- running -> available after `delay` µs (error kept unless a new one is given); also
 -- writes the pairs in `more` (counters, failed_at) in the same HSET.
-local function reschedule(q, key, id, now, delay, err, more)
+local function reschedule(q, key, id, now, delay, err, more, detail)
   local priority = redis.call('HGET', key, 'priority')
   local at = int(now + delay)
   redis.call('ZREM', q.running, id)
   redis.call('HDEL', key, 'lease_until')
   local set = {'state', 'available', 'available_at', at, 'updated_at', int(now)}
-  if err then set[#set + 1] = 'error'; set[#set + 1] = err end
+  set_error(key, set, err, detail)
   for _, v in ipairs(more or {}) do set[#set + 1] = v end
   hset(key, set)
   make_available(q, id, at, priority, now)
@@ -236,14 +263,14 @@ end
 
 -- running -> dead (error kept unless a new one is given), buries + 1; indexed in buried
 -- by the time it went dead, for dead_retention.
-local function to_dead(q, key, id, err, now)
+local function to_dead(q, key, id, err, now, detail)
   redis.call('ZREM', q.running, id)
   redis.call('HDEL', key, 'lease_until')
   local set = {'state', 'dead', 'updated_at', int(now)}
-  if err then set[#set + 1] = 'error'; set[#set + 1] = err end
+  set_error(key, set, err, detail)
   hset(key, set)
   redis.call('HINCRBY', key, 'buries', 1)
-  redis.call('ZADD', q.dead, id, id)
+  redis.call('ZADD', q.dead, dead_score(redis.call('HGET', key, 'priority')), dead_member(id))
   redis.call('ZADD', q.buried, int(now), id)
   FINISHED_N = FINISHED_N + 1
   FINISHED[FINISHED_N] = id
@@ -263,21 +290,23 @@ end
 -- leaves every live set, frees its unique key, and joins its history set. A completed
 -- job keeps its result and no error; the others keep `err`, else their last error. The
 -- counters stay in the hash; updated_at is the finishing time.
-local function archive(q, key, id, state, result, err, now)
+local function archive(q, key, id, state, result, err, now, detail)
   local f = fields(key, 'available_at', 'unique_key')
   redis.call('ZREM', q.ready, rank(f.available_at, id))
   redis.call('ZREM', q.delayed, id)
   redis.call('ZREM', q.running, id)
-  redis.call('ZREM', q.dead, id)
+  redis.call('ZREM', q.dead, dead_member(id), id)
   redis.call('ZREM', q.buried, id)
   free_unique(q, id, f.unique_key)
   redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result')
   redis.call('HSET', key, 'state', state, 'finished_at', int(now), 'updated_at', int(now))
   if state == 'completed' then
-    redis.call('HDEL', key, 'error')
+    redis.call('HDEL', key, 'error', 'error_detail')
     if result then redis.call('HSET', key, 'result', result) end
   elseif err then
-    redis.call('HSET', key, 'error', err)
+    local set = {}
+    set_error(key, set, err, detail)
+    hset(key, set)
   end
   redis.call('ZADD', q[state], int(now), id)
   FINISHED_N = FINISHED_N + 1
@@ -291,7 +320,8 @@ local function complete_held(q, key, id, result, now)
   local unique_key = redis.call('HGET', key, 'unique_key')
   redis.call('ZREM', q.running, id)
   free_unique(q, id, unique_key)
-  redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result', 'error')
+  redis.call('HDEL', key, 'lease_until', 'cancel_requested', 'result', 'error',
+             'error_detail')
   local t = int(now)
   if result then
     redis.call('HSET', key, 'state', 'completed', 'finished_at', t, 'updated_at', t,
@@ -307,18 +337,18 @@ end
 -- fail (nack) of a job whose lease the caller has just checked: -> cancelled (history)
 -- when a cancel was requested, -> dead when its attempts are used up, else -> available
 -- after `delay` µs. failed_at = now in every case. Returns the state after.
-local function fail_held(q, key, err, delay, now)
+local function fail_held(q, key, err, delay, now, detail)
   local f = fields(key, 'id', 'attempts', 'max_attempts', 'cancel_requested')
   redis.call('HSET', key, 'failed_at', int(now))
   if f.cancel_requested then
-    archive(q, key, f.id, 'cancelled', false, err, now)
+    archive(q, key, f.id, 'cancelled', false, err, now, detail)
     return 'cancelled'
   end
   if tonumber(f.attempts) >= tonumber(f.max_attempts) then
-    to_dead(q, key, f.id, err, now)
+    to_dead(q, key, f.id, err, now, detail)
     return 'dead'
   end
-  reschedule(q, key, f.id, now, delay, err)
+  reschedule(q, key, f.id, now, delay, err, nil, detail)
   if delay > 0 then return 'scheduled' end
   return 'available'
 end

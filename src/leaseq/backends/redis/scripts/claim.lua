@@ -31,7 +31,8 @@
 -- ARGV[4] default_lease (seconds)
 -- Returns: per claimed job, in claim order, {id, queue, kind, payload, priority,
 -- attempts, max_attempts, unique_key, lease_token, lease_until, created_at, lease
--- (seconds, the one applied), headers}; kind, unique_key and headers nil when absent
+-- (seconds, the one applied), headers, available_at, reserves (this lease included),
+-- releases, timeouts}; kind, unique_key and headers nil when absent
 
 local now = now_us()
 local t = int(now)
@@ -87,7 +88,7 @@ for i = 1, math.min(limit, #candidates) do
   local key = q.job .. id
   local f = fields(key, 'queue', 'kind', 'payload', 'priority', 'attempts', 'max_attempts',
                    'unique_key', 'lease_token', 'created_at', 'lease', 'reserves',
-                   'started_at', 'headers')
+                   'started_at', 'headers', 'available_at', 'releases', 'timeouts')
   local seconds = lease or f.lease or q.default_lease
   local lease_us = seconds_us(seconds)
   if q.max_lease and seconds_us(q.max_lease) < lease_us then
@@ -96,16 +97,18 @@ for i = 1, math.min(limit, #candidates) do
   local lease_until = int(now + math.max(lease_us, 1))
   local token = int(math.max(tonumber(f.lease_token) + 1, now))
   local attempts = int(tonumber(f.attempts) + 1)
+  local reserves = int(tonumber(f.reserves or '0') + 1)
   local set = {'state', 'running', 'lease_token', token, 'worker_id', worker,
                'lease_until', lease_until, 'attempts', attempts,
-               'reserves', int(tonumber(f.reserves or '0') + 1), 'leased_at', t,
+               'reserves', reserves, 'leased_at', t,
                'touched_at', t, 'touches', '0', 'updated_at', t}
   if not f.started_at then set[#set + 1] = 'started_at'; set[#set + 1] = t end
   redis.call('ZREM', q.ready, member)
   hset(key, set)
   redis.call('ZADD', q.running, lease_until, id)
   out[#out + 1] = {id, f.queue, f.kind, f.payload, f.priority, attempts, f.max_attempts,
-                   f.unique_key, token, lease_until, f.created_at, seconds, f.headers}
+                   f.unique_key, token, lease_until, f.created_at, seconds, f.headers,
+                   f.available_at, reserves, f.releases or '0', f.timeouts or '0'}
   if q.claimed then q.claimed = q.claimed + 1 end
 end
 -- Only a claim that started jobs spends: one that found none leaves the bucket's clock

@@ -4,6 +4,7 @@
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] error (optional)   ARGV[3] delay (µs)
+-- ARGV[4] the error as JSON (optional: error_detail)
 -- Publishes: the queue on P:wake when the job is available now (delay 0)
 -- Returns: the new state (available, scheduled, dead, cancelled), or "lost" when the
 -- lease is not held, or "missing" when there is no such job (nothing changed)
@@ -11,6 +12,6 @@
 local key, q = KEYS[1], queue_at(2)
 local refused = not_held(key, ARGV[1])
 if refused then return refused end
-local state = fail_held(q, key, opt(ARGV[2]), tonumber(ARGV[3]), now_us())
+local state = fail_held(q, key, opt(ARGV[2]), tonumber(ARGV[3]), now_us(), opt(ARGV[4]))
 publish_finished()
 return state

@@ -2,8 +2,8 @@
 -- once: where the item's lease is held, what fail.lua does; nothing changes for the others.
 --
 -- KEYS: one GROUP of keys per distinct queue of the items (_common.lua)
--- ARGV: 5 values per item: group (1-based), job id, lease token, error (optional),
--- delay (µs)
+-- ARGV: 6 values per item: group (1-based), job id, lease token, error (optional),
+-- delay (µs), the error as JSON (optional: error_detail)
 -- Publishes: each queue with a job available now, once, on P:wake
 -- Returns: per item the new state (available, scheduled, dead, cancelled), "lost" (not
 -- held: unchanged) or "missing" (no such job)
@@ -11,13 +11,14 @@
 local now = now_us()
 local queues = {}
 local out = {}
-for i = 1, #ARGV, 5 do
+for i = 1, #ARGV, 6 do
   local g = ARGV[i]
   queues[g] = queues[g] or queue_at(1 + (tonumber(g) - 1) * GROUP)
   local q = queues[g]
   local key = q.job .. ARGV[i + 1]
   local refused = not_held(key, ARGV[i + 2])
-  out[#out + 1] = refused or fail_held(q, key, opt(ARGV[i + 3]), tonumber(ARGV[i + 4]), now)
+  out[#out + 1] = refused or fail_held(q, key, opt(ARGV[i + 3]), tonumber(ARGV[i + 4]), now,
+                                       opt(ARGV[i + 5]))
 end
 publish_finished()
 return out

@@ -17,6 +17,7 @@ for first = 1, #KEYS, GROUP do
   if redis.call('ZCARD', q.dead) ~= redis.call('ZCARD', q.buried) then
     local start = tonumber(ARGV[n + 1])
     local ids = redis.call('ZRANGE', q.dead, start, start + window - 1)
+    for i, member in ipairs(ids) do ids[i] = int(tonumber(member)) end
     if #ids > 0 then
       local scores = redis.call('ZMSCORE', q.buried, unpack(ids))
       for i, id in ipairs(ids) do

@@ -4,7 +4,7 @@
 --              delayed set, oldest first, as many as a claim would promote
 --              (max(limit, 1000)): what the next claim would take
 --   scheduled  jobs not yet due, by (available_at, id)
---   dead       newest (highest id) first
+--   dead       in the order kick takes them: priority desc, then oldest (lowest id)
 --
 -- KEYS the queue's GROUP (_common.lua)
 -- ARGV[1] state   ARGV[2] limit
@@ -53,7 +53,9 @@ elseif state == 'scheduled' then
   end)
   for i = 1, math.min(limit, #jobs) do ids[i] = jobs[i][3] end
 else
-  ids = redis.call('ZREVRANGE', q.dead, 0, limit - 1)
+  for i, member in ipairs(redis.call('ZRANGE', q.dead, 0, limit - 1)) do
+    ids[i] = int(tonumber(member))
+  end
 end
 
 local out = {}

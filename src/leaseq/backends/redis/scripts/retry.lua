@@ -13,7 +13,7 @@ local now = now_us()
 if f.state == 'dead' then
   redis.call('HSET', key, 'attempts', '0')
   redis.call('HINCRBY', key, 'kicks', 1)
-  redis.call('ZREM', q.dead, f.id)
+  redis.call('ZREM', q.dead, dead_member(f.id), f.id)
   redis.call('ZREM', q.buried, f.id)
 elseif f.state == 'available' and tonumber(f.available_at) > now then
   redis.call('ZREM', q.delayed, f.id)
