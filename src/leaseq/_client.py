@@ -34,7 +34,7 @@ from leaseq._core.job import (
 )
 from leaseq._core.settings import Settings
 from leaseq._group import AsyncGroupCommit, GroupCommit, grouped
-from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
+from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared, UniqueScope
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
 from leaseq.errors import (
@@ -89,6 +89,7 @@ class Queue(Shared):
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
         conn: Any = None,
+        unique_scope: UniqueScope = "queue",
     ) -> EnqueueResult:
         """Add a job.
 
@@ -102,6 +103,10 @@ class Queue(Shared):
             run_at: An aware datetime to run at instead of ``delay``.
             unique_key: At most one live job per ``(queue, unique_key)``; a duplicate
                 returns the existing job's id with ``created=False``.
+            unique_scope: ``"queue"`` (the default): ``unique_key`` is unique in its
+                queue. ``"global"``: unique among the live jobs enqueued with
+                ``"global"`` in every queue (and in its own queue, as any key); with
+                ``unique_for``, a job of the key finished in any queue counts.
             max_attempts: Attempts before the job goes dead. Defaults to the queue's
                 ``max_attempts`` setting, else the client's (5).
             lease: The job's own lease in seconds, used when it is dequeued without an
@@ -127,7 +132,8 @@ class Queue(Shared):
         self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
-                            lease=lease, unique_for=unique_for, headers=headers)
+                            lease=lease, unique_for=unique_for, headers=headers,
+                            unique_scope=unique_scope)
         conn = self._caller(conn)
         if _tracing.on:
             return self._enqueue_traced([job], conn)[0]
@@ -642,12 +648,14 @@ class AsyncQueue(Shared):
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
         conn: Any = None,
+        unique_scope: UniqueScope = "queue",
     ) -> EnqueueResult:
         """See ``Queue.enqueue``."""
         await self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
-                            lease=lease, unique_for=unique_for, headers=headers)
+                            lease=lease, unique_for=unique_for, headers=headers,
+                            unique_scope=unique_scope)
         conn = await self._caller(conn)
         if _tracing.on:
             return (await self._enqueue_traced([job], conn))[0]

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from leaseq import _listen, _results, _wakeup
 from leaseq._core import flow as _flow
@@ -59,8 +59,11 @@ message, so it is seen within ~20 ms plus a claim, as is an enqueue on MySQL/Mar
 
 _ENQUEUE_KEYS = frozenset({
     "queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts",
-    "lease", "unique_for", "headers",
+    "lease", "unique_for", "headers", "unique_scope",
 })
+UniqueScope = Literal["queue", "global"]
+UNIQUE_SCOPES = ("queue", "global")
+"""``enqueue(unique_scope=)``: a key unique in its queue (the default) or in every queue."""
 PEEK_STATES: tuple[PeekState, ...] = ("available", "scheduled", "dead")
 
 _log = logging.getLogger("leaseq")
@@ -215,6 +218,7 @@ class Shared:
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
         flow: bool = False,
+        unique_scope: str = "queue",
     ) -> NewJob:
         if headers is not None and not flow and isinstance(headers, Mapping) \
                 and _flow.HEADER in headers:
@@ -232,6 +236,11 @@ class Shared:
             max_attempts = config.max_attempts if config and config.max_attempts else None
         if unique_for is not None and unique_key is None:
             raise InvalidArgument("unique_for needs a unique_key")
+        if unique_scope not in UNIQUE_SCOPES:
+            raise InvalidArgument(
+                f"unique_scope must be 'queue' or 'global', got {unique_scope!r}")
+        if unique_scope == "global" and unique_key is None:
+            raise InvalidArgument("unique_scope='global' needs a unique_key")
         return NewJob(
             queue=name,
             payload=v.encode(payload, self.settings.max_payload_bytes),
@@ -249,6 +258,7 @@ class Shared:
             lease=None if lease is None else _duration("lease", lease, True),
             unique_for=None if unique_for is None else _duration("unique_for", unique_for, True),
             headers=None if headers is None else v.headers(headers),
+            unique_global=unique_scope == "global",
         )
 
     def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:

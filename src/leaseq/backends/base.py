@@ -55,6 +55,10 @@ class NewJob:
     lease: float | None = None
     unique_for: float | None = None
     headers: str | None = None
+    unique_global: bool = False
+    """``unique_scope="global"``: ``unique_key`` is unique among the live jobs enqueued
+    so in every queue (and, as any key, in its own queue); ``unique_for`` then looks
+    for finished jobs of the key in every queue."""
 
 
 @dataclass(frozen=True, slots=True)

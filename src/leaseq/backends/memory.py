@@ -73,6 +73,7 @@ class _Row:
     result: str | None = None
     lease: float | None = None
     touches: int = 0
+    global_key: bool = False  # enqueued with unique_scope="global"
     leased_at: float | None = None
     touched_at: float | None = None
     reserves: int = 0
@@ -136,22 +137,28 @@ class MemoryBackend:
             created: list[_Row] = []
             for job in jobs:
                 key = (job.queue, job.unique_key) if job.unique_key is not None else None
-                if key is not None and key in self.unique:
-                    out.append(EnqueueResult(self.unique[key], False))
+                # Global keys live under the queue name "", which no queue can have.
+                shared = ("", job.unique_key) if job.unique_global and job.unique_key else None
+                holder = next((self.unique[k] for k in (shared, key) if k in self.unique),
+                              None) if key is not None else None
+                if holder is not None:
+                    out.append(EnqueueResult(holder, False))
                     continue
-                twin = self._recent_twin(key, job.unique_for, now)
+                twin = self._recent_twin(shared or key, job.unique_for, now)
                 if twin is not None:
                     out.append(EnqueueResult(twin, False))
                     continue
                 at = job.run_at.timestamp() if job.run_at else now + job.delay
                 row = _Row(self.next_id, job.queue, job.kind, job.payload, job.priority,
                            job.max_attempts, job.unique_key, at, now, lease=job.lease,
-                           headers=job.headers)
+                           headers=job.headers, global_key=shared is not None)
                 self.next_id += 1
                 self.live[row.id] = row
                 created.append(row)
                 if key is not None:
                     self.unique[key] = row.id
+                if shared is not None:
+                    self.unique[shared] = row.id
                 out.append(EnqueueResult(row.id, True))
             # The check is free here, so every queue is checked, whatever ``capped`` says.
             for queue in {row.queue for row in created}:
@@ -161,6 +168,8 @@ class MemoryBackend:
                         del self.live[row.id]
                         if row.unique_key is not None:
                             self.unique.pop((row.queue, row.unique_key), None)
+                            if row.global_key:
+                                self.unique.pop(("", row.unique_key), None)
                     raise QueueFull(
                         f"queue {queue!r} holds its max_jobs={cap} live jobs; nothing was "
                         "enqueued"
@@ -323,6 +332,10 @@ class MemoryBackend:
         if r.unique_key is not None:
             self.unique.pop((r.queue, r.unique_key), None)
             self.finished_keys[(r.queue, r.unique_key)] = r.id
+            # A global enqueue's unique_for looks at finished jobs of the key in every queue.
+            self.finished_keys[("", r.unique_key)] = r.id
+            if r.global_key and self.unique.get(("", r.unique_key)) == r.id:
+                del self.unique[("", r.unique_key)]
         error = None if state == "completed" else (error if error is not None else r.error)
         self.history[r.id] = replace(r, state=state, result=result, error=error,
                                      finished_at=now, updated_at=now, lease_until=None,

@@ -272,8 +272,11 @@ class SqlOps:
                 results[i] = EnqueueResult(job_id, True)
         # Keyed rows go in one global order, so two batches that share keys wait on each
         # other instead of deadlocking (each would otherwise hold a key the other needs).
+        # Global keys first, by key alone: they are shared by every queue.
         keyed = sorted((i for i, job in enumerate(jobs) if job.unique_key is not None),
-                       key=lambda i: (jobs[i].queue, jobs[i].unique_key or "", i))
+                       key=lambda i: (not jobs[i].unique_global,
+                                      "" if jobs[i].unique_global else jobs[i].queue,
+                                      jobs[i].unique_key or "", i))
         for i in keyed:
             results[i] = yield from self.insert_unique(jobs[i])
         return [r for r in results if r is not None]
@@ -297,20 +300,24 @@ class SqlOps:
         history (or found it live), so the read, a later statement under READ COMMITTED,
         sees any twin that finished. Reading first would miss a twin finishing between the
         read and the insert. A recent twin found, the row is taken back."""
+        # unique_scope="global": the key goes into global_key too, unique in every queue.
+        insert, recent, find = (("insert_global_job", "recent_global_twin", "find_global")
+                                if job.unique_global else
+                                ("insert_unique_job", "recent_twin", "find_unique"))
         for _ in range(UNIQUE_RETRIES):
-            r = yield Stmt("insert_unique_job", self.d.row(job), duplicate_ok=True)
+            r = yield Stmt(insert, self.d.row(job), duplicate_ok=True)
             if not r.duplicate and (r.rows or r.rowcount == 1):
                 job_id = self.new_id(r)
                 if not job.unique_for:
                     return EnqueueResult(job_id, True)
                 params = {"queue": job.queue, "unique_key": job.unique_key,
                           "unique_for": self.d.span(job.unique_for)}
-                twin = yield Stmt("recent_twin", params)
+                twin = yield Stmt(recent, params)
                 if not twin.rows:
                     return EnqueueResult(job_id, True)
                 yield Stmt("delete_new_jobs", {"ids": self.d.ids([job_id])})
                 return EnqueueResult(int(twin.rows[0][0]), False)
-            found = yield Stmt("find_unique", {"queue": job.queue, "unique_key": job.unique_key})
+            found = yield Stmt(find, {"queue": job.queue, "unique_key": job.unique_key})
             if found.rows:
                 return EnqueueResult(int(found.rows[0][0]), False)
             # The twin left the live table between our insert and our lookup: insert again.

@@ -648,3 +648,32 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIME
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
+
+-- name: insert_global_job
+-- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
+-- index (one of every queue) or the (queue, unique_key) one may refuse the row.
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          global_key, lease_token, available_at, created_at, lease, headers)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key, :tag,
+        COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
+        UTC_TIMESTAMP(6), :lease, :headers);
+
+-- name: find_global
+-- The live job that holds a global key: one enqueued with unique_scope="global" in any
+-- queue, else (the insert was refused by the per-queue index) one of this queue. Locking
+-- reads, as find_unique.
+(SELECT id, 0 AS o FROM {prefix}jobs WHERE global_key = :unique_key LOCK IN SHARE MODE)
+UNION ALL
+(SELECT id, 1 FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key
+ LOCK IN SHARE MODE)
+ORDER BY o LIMIT 1;
+
+-- name: recent_global_twin
+-- recent_twin in every queue: along the finished_at index, over the unique_for window
+-- only; equal lengths make the PAD SPACE comparison exact.
+SELECT id FROM {prefix}history
+WHERE finished_at > DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :unique_for MICROSECOND)
+  AND unique_key = :unique_key AND LENGTH(unique_key) = LENGTH(:unique_key)
+ORDER BY finished_at DESC, id DESC
+LIMIT 1
+LOCK IN SHARE MODE;

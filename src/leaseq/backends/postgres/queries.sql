@@ -713,3 +713,29 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < now() - make_inte
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
+
+-- name: insert_global_job
+-- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
+-- index (one of every queue) or the (queue, unique_key) one may refuse the row.
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          global_key, available_at, created_at, lease, headers)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key,
+        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), now(),
+        :lease, :headers)
+ON CONFLICT DO NOTHING
+RETURNING id, pg_notify(:channel, queue);
+
+-- name: find_global
+-- The live job that holds a global key: one enqueued with unique_scope="global" in any
+-- queue, else (the insert was refused by the per-queue index) one of this queue.
+(SELECT id FROM {prefix}jobs WHERE global_key = :unique_key)
+UNION ALL
+(SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key)
+LIMIT 1;
+
+-- name: recent_global_twin
+-- recent_twin in every queue: along the finished_at index, over the unique_for window only.
+SELECT id FROM {prefix}history
+WHERE finished_at > now() - make_interval(secs => :unique_for) AND unique_key = :unique_key
+ORDER BY finished_at DESC, id DESC
+LIMIT 1;

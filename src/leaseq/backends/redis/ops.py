@@ -251,9 +251,16 @@ class RedisOps:
         if not jobs:
             return []
         if self.cluster:
+            if any(job.unique_global for job in jobs):
+                raise ConfigurationError(
+                    "unique_scope='global' is not available on Redis Cluster: the key would "
+                    "live in another slot than the jobs it guards, so no script could check "
+                    "and write both at once; use redis:// (or a SQL backend)")
             return (yield from self.enqueue_sliced(jobs))
         groups: dict[str, int] = {}
         keys = [self.k.ids, self.k.index, self.k.queues]
+        if any(job.unique_global for job in jobs):
+            keys.append(self.k.global_keys)
         args: list[str | int] = []
         for job in jobs:
             if job.queue not in groups:
@@ -880,12 +887,12 @@ def info(h: dict[str, str], now: int) -> JobInfo:
 
 
 def job_args(group: int, job: NewJob) -> list[str | int]:
-    """The 12 ARGV values of one job for ``enqueue.lua``."""
+    """The 13 ARGV values of one job for ``enqueue.lua``."""
     run_at = None if job.run_at is None else us_at(job.run_at)
     window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
     return [group, job.queue, opt(job.kind), job.payload, job.priority, job.max_attempts,
             opt(job.unique_key), us(job.delay), opt(run_at), opt(job.lease), opt(window),
-            opt(job.headers)]
+            opt(job.headers), int(job.unique_global)]
 
 
 def queue_full(queue: str, cap: str | int, written: Sequence[int] = ()) -> QueueFull:

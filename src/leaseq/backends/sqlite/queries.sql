@@ -653,3 +653,30 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < (julianday('now')
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
+
+-- name: insert_global_job
+-- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
+-- index (one of every queue) or the (queue, unique_key) one may refuse the row.
+INSERT OR IGNORE INTO {prefix}jobs (queue, kind, payload, priority, max_attempts,
+                                    unique_key, global_key, available_at, created_at,
+                                    lease, headers)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key,
+        COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers)
+RETURNING id;
+
+-- name: find_global
+-- The live job that holds a global key: one enqueued with unique_scope="global" in any
+-- queue, else (the insert was refused by the per-queue index) one of this queue.
+SELECT id FROM (SELECT id, 0 AS o FROM {prefix}jobs WHERE global_key = :unique_key
+                UNION ALL
+                SELECT id, 1 FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key)
+ORDER BY o LIMIT 1;
+
+-- name: recent_global_twin
+-- recent_twin in every queue: along the finished_at index, over the unique_for window only.
+SELECT id FROM {prefix}history
+WHERE finished_at > (julianday('now') - 2440587.5) * 86400.0 - :unique_for
+  AND unique_key = :unique_key
+ORDER BY finished_at DESC, id DESC
+LIMIT 1;
