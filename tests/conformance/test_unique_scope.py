@@ -109,3 +109,24 @@ def test_a_bad_unique_scope_is_refused_and_writes_nothing(
     with pytest.raises(leaseq.InvalidArgument, match=says):
         q.enqueue("a", **kwargs)  # type: ignore[arg-type]
     assert live_total(q) == 0
+
+
+def test_tasks_take_unique_scope(gq: leaseq.Queue, url: str, prefix: str) -> None:
+    app = leaseq.App(url, table_prefix=prefix)
+
+    @app.task(queue="ta", unique_key=lambda n: f"n-{n}", unique_scope="global")
+    def one(n: int) -> None: ...
+
+    @app.task(queue="tb", unique_key=lambda n: f"n-{n}")
+    def two(n: int) -> None: ...
+
+    try:
+        first = one.enqueue(n=1)
+        assert first.created
+        again = two.options(unique_scope="global").enqueue(n=1)
+        assert (again.id, again.created) == (first.id, False)
+        [batch] = two.options(unique_scope="global").enqueue_many([{"n": 1}])
+        assert (batch.id, batch.created) == (first.id, False)
+        assert two.enqueue(n=1).created  # its own queue's scope: another job
+    finally:
+        app.close()
