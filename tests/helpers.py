@@ -101,7 +101,7 @@ def reachable(backend: str) -> str | None:
 def drop_tables(backend: str, prefix: str) -> None:
     """Remove the tables a test created under ``prefix``."""
     tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues", "flows",
-                                       "flow_parts")]
+                                       "flow_parts", "server", "queue_names")]
     if backend in ("postgres", "postgres_pgbouncer"):  # the same server
         import psycopg
 

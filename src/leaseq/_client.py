@@ -30,6 +30,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
     ServerStats,
 )
 from leaseq._core.settings import Settings
@@ -67,6 +68,7 @@ class Queue(Shared):
         if self._configs_stale():
             with self._configs_lock:
                 if self._configs_stale():
+                    self._store_server(self._backend.server_config())
                     self._store_configs(self._backend.queue_configs())
 
     def migrate(self) -> None:
@@ -128,6 +130,8 @@ class Queue(Shared):
 
         Raises:
             QueueFull: The queue holds its ``max_jobs`` live jobs; nothing was written.
+            TooManyQueues: The queue would be one more than the server's ``max_queues``
+                (``configure_server``); nothing was written.
         """
         self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
@@ -175,7 +179,10 @@ class Queue(Shared):
 
     def _write(self, jobs: list[NewJob], conn: Any = None) -> list[EnqueueResult]:
         """One transaction (the caller's, with ``conn``), then the in-process wake-up."""
-        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
+        fresh = self._fresh_in(jobs)
+        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs), fresh)
+        if fresh:
+            self._counted.update(fresh)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return self._bind(results)
 
@@ -554,6 +561,23 @@ class Queue(Shared):
         now."""
         return self._backend.queue_configs()
 
+    def configure_server(self, *, max_queues: int | Keep | None = KEEP) -> ServerConfig:
+        """Store settings of the whole database (this table prefix), shared by every
+        client and worker (see ``ServerConfig``). Only the arguments given change; None
+        resets one (no cap). ``max_queues=N``: an enqueue that would create queue N + 1
+        raises ``TooManyQueues`` and writes nothing; setting it counts the queues the
+        database holds now. Other clients apply it within ``CONFIG_TTL`` (2 s). Returns
+        the settings as stored."""
+        config = self._backend.configure_server(self._server_changes(max_queues))
+        self._counted.clear()
+        self._forget_configs()
+        return config
+
+    def server_config(self) -> ServerConfig:
+        """The stored server settings, read now, with the number of queues counted
+        while ``max_queues`` is set."""
+        return self._backend.server_config()
+
     def next_due(self, queues: str | Sequence[str]) -> float | None:
         """Seconds until a job of ``queues`` may next become claimable by the database's
         clock: until the earliest scheduled job is due, or, in a queue with
@@ -626,6 +650,7 @@ class AsyncQueue(Shared):
 
     async def _fresh_configs(self) -> None:
         if self._configs_stale():
+            self._store_server(await self._backend.server_config())
             self._store_configs(await self._backend.queue_configs())
 
     async def migrate(self) -> None:
@@ -695,7 +720,10 @@ class AsyncQueue(Shared):
 
     async def _write(self, jobs: list[NewJob], conn: Any = None) -> list[EnqueueResult]:
         """See ``Queue._write``."""
-        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
+        fresh = self._fresh_in(jobs)
+        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs), fresh)
+        if fresh:
+            self._counted.update(fresh)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return self._bind(results)
 
@@ -1003,6 +1031,18 @@ class AsyncQueue(Shared):
     async def queue_configs(self) -> dict[str, QueueConfig]:
         """See ``Queue.queue_configs``."""
         return await self._backend.queue_configs()
+
+    async def configure_server(self, *, max_queues: int | Keep | None = KEEP
+                               ) -> ServerConfig:
+        """See ``Queue.configure_server``."""
+        config = await self._backend.configure_server(self._server_changes(max_queues))
+        self._counted.clear()
+        self._forget_configs()
+        return config
+
+    async def server_config(self) -> ServerConfig:
+        """See ``Queue.server_config``."""
+        return await self._backend.server_config()
 
     async def next_due(self, queues: str | Sequence[str]) -> float | None:
         """See ``Queue.next_due``."""

@@ -32,6 +32,7 @@ from leaseq._core.job import (
     QueueConfig,
     QueueStats,
     ResultWaiter,
+    ServerConfig,
     ServerStats,
 )
 from leaseq._core.settings import Settings
@@ -136,6 +137,10 @@ class Shared:
         self._configs: dict[str, QueueConfig] = {}
         self._configs_read = float("-inf")
         self._capped: frozenset[str] = frozenset()
+        # The server's max_queues as last read, and the queues this client has seen
+        # counted against it: only others make an enqueue check the cap (Backend.enqueue).
+        self._max_queues: int | None = None
+        self._counted: set[str] = set()
         # Queues with a concurrency or rate limit, as last read: claims of these take
         # the limits into account (``Backend.claim``).
         self._limited: frozenset[str] = frozenset()
@@ -159,6 +164,21 @@ class Shared:
         self._limited = frozenset(q for q, c in configs.items() if c.limited)
         self._backoffs = {}
         self._configs_read = time.monotonic()
+
+    def _store_server(self, config: ServerConfig) -> None:
+        self._max_queues = config.max_queues
+
+    def _fresh_in(self, jobs: Sequence[NewJob]) -> frozenset[str]:
+        """The queues of ``jobs`` not seen counted against ``max_queues``, while set."""
+        if self._max_queues is None:
+            return frozenset()
+        return frozenset(job.queue for job in jobs if job.queue not in self._counted)
+
+    def _server_changes(self, max_queues: int | Keep | None) -> dict[str, int | None]:
+        if max_queues is KEEP:
+            return {}
+        return {"max_queues": None if max_queues is None
+                else v.integer("max_queues", max_queues, 1, 1_000_000_000)}
 
     def _concurrency_limited(self, queue: str) -> bool:
         """True when ``queue`` had a ``concurrency_limit`` when settings were last read."""

@@ -26,6 +26,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
 )
 from leaseq._core.validate import decode
 from leaseq.backends._flows import decode_step, encode_step
@@ -46,6 +47,7 @@ from leaseq.errors import (
     JobStateError,
     LeaseLost,
     QueueFull,
+    TooManyQueues,
     TouchLimitExceeded,
 )
 
@@ -119,12 +121,15 @@ class MemoryBackend:
         self.buckets: dict[str, tuple[float, float]] = {}  # queue -> (tokens, when)
         self.next_id = 1
         self.flows: dict[str, _Flow] = {}
+        self.max_queues: int | None = None  # configure_server
+        self.queue_names: set[str] = set()  # every queue a job was enqueued into
 
     def migrate(self) -> None:
         """Nothing to create."""
 
     def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> list[EnqueueResult]:
         if conn is not None:
             raise ConfigurationError(
@@ -132,6 +137,15 @@ class MemoryBackend:
                 "PostgreSQL or MySQL"
             )
         with self.lock:
+            # The check is free here, so every call is checked, whatever ``fresh`` says.
+            if self.max_queues is not None:
+                known = self._known_queues()
+                new = sorted({job.queue for job in jobs} - known)
+                if new and len(known) + len(new) > self.max_queues:
+                    raise TooManyQueues(
+                        f"queue {new[0]!r} would be queue {len(known) + 1} of at most "
+                        f"max_queues={self.max_queues}; nothing was enqueued")
+            self.queue_names.update(job.queue for job in jobs)
             now = self.clock()
             out = []
             created: list[_Row] = []
@@ -629,6 +643,24 @@ class MemoryBackend:
     def queue_configs(self) -> dict[str, QueueConfig]:
         with self.lock:
             return {q: QueueConfig(q, **c) for q, c in sorted(self.settings.items())}
+
+    def _known_queues(self) -> set[str]:
+        return self.queue_names | self.settings.keys() | self.paused_queues
+
+    def configure_server(self, changes: Mapping[str, int | None]) -> ServerConfig:
+        with self.lock:
+            if "max_queues" in changes:
+                self.max_queues = changes["max_queues"]
+                # Counted afresh, as the SQL backends do: pruned queues drop out.
+                self.queue_names = {r.queue for r in [*self.live.values(),
+                                                      *self.history.values()]}
+            return self.server_config()
+
+    def server_config(self) -> ServerConfig:
+        with self.lock:
+            if self.max_queues is None:
+                return ServerConfig()
+            return ServerConfig(self.max_queues, len(self._known_queues()))
 
     def server_version(self) -> str:
         return f"in-process (Python {platform.python_version()})"

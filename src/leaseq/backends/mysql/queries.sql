@@ -426,7 +426,7 @@ WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running';
 
 -- name: drop_tables
 DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations,
-    {prefix}flows, {prefix}flow_parts;
+    {prefix}flows, {prefix}flow_parts, {prefix}server, {prefix}queue_names;
 
 -- name: completed_tokens
 -- Jobs already completed, with the token that completed them: a retried ack whose first
@@ -677,3 +677,41 @@ WHERE finished_at > DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :unique_for MICROSECOND)
 ORDER BY finished_at DESC, id DESC
 LIMIT 1
 LOCK IN SHARE MODE;
+
+-- name: lock_server
+-- An enqueue into a queue not counted yet while max_queues is set: the server row stays
+-- locked until commit, so such enqueuers count the queues one after another.
+SELECT max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE;
+
+-- name: add_queue_name
+INSERT IGNORE INTO {prefix}queue_names (name) VALUES (:queue);
+
+-- name: set_max_queues
+UPDATE {prefix}server SET max_queues = :max_queues, updated_at = UTC_TIMESTAMP(6) WHERE id = 1;
+
+-- name: queue_in_use
+-- A queue not counted yet that holds jobs, history or settings already (made while no cap
+-- was set, or by a client that had not read the cap yet): counted without refusal.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}history WHERE queue = :queue)
+            THEN 1 ELSE 0 END;
+
+-- name: queue_counted
+SELECT 1 FROM {prefix}queue_names WHERE name = :queue;
+
+-- name: count_queues
+SELECT COUNT(*) FROM {prefix}queue_names;
+
+-- name: clear_queue_names
+DELETE FROM {prefix}queue_names;
+
+-- name: fill_queue_names
+-- configure_server(max_queues=N): the queues that count, from what the database holds.
+INSERT INTO {prefix}queue_names (name)
+SELECT queue FROM {prefix}jobs
+UNION SELECT queue FROM {prefix}history
+UNION SELECT name FROM {prefix}queues;
+
+-- name: server_config
+SELECT max_queues, (SELECT COUNT(*) FROM {prefix}queue_names) FROM {prefix}server WHERE id = 1;

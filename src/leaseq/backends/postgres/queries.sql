@@ -474,7 +474,7 @@ WHERE verdict <> 'extend';
 
 -- name: drop_tables
 DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations,
-    {prefix}flows, {prefix}flow_parts;
+    {prefix}flows, {prefix}flow_parts, {prefix}server, {prefix}queue_names;
 
 -- name: completed_tokens
 -- Jobs already completed, with the token that completed them: a retried ack whose first
@@ -739,3 +739,41 @@ SELECT id FROM {prefix}history
 WHERE finished_at > now() - make_interval(secs => :unique_for) AND unique_key = :unique_key
 ORDER BY finished_at DESC, id DESC
 LIMIT 1;
+
+-- name: lock_server
+-- An enqueue into a queue not counted yet while max_queues is set: the server row stays
+-- locked until commit, so such enqueuers count the queues one after another.
+SELECT max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE;
+
+-- name: add_queue_name
+INSERT INTO {prefix}queue_names (name) VALUES (:queue) ON CONFLICT DO NOTHING;
+
+-- name: set_max_queues
+UPDATE {prefix}server SET max_queues = :max_queues, updated_at = now() WHERE id = 1;
+
+-- name: queue_in_use
+-- A queue not counted yet that holds jobs, history or settings already (made while no cap
+-- was set, or by a client that had not read the cap yet): counted without refusal.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}history WHERE queue = :queue)
+            THEN 1 ELSE 0 END;
+
+-- name: queue_counted
+SELECT 1 FROM {prefix}queue_names WHERE name = :queue;
+
+-- name: count_queues
+SELECT COUNT(*) FROM {prefix}queue_names;
+
+-- name: clear_queue_names
+DELETE FROM {prefix}queue_names;
+
+-- name: fill_queue_names
+-- configure_server(max_queues=N): the queues that count, from what the database holds.
+INSERT INTO {prefix}queue_names (name)
+SELECT queue FROM {prefix}jobs
+UNION SELECT queue FROM {prefix}history
+UNION SELECT name FROM {prefix}queues;
+
+-- name: server_config
+SELECT max_queues, (SELECT COUNT(*) FROM {prefix}queue_names) FROM {prefix}server WHERE id = 1;

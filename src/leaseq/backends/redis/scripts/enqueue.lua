@@ -9,9 +9,12 @@
 -- plus the jobs this batch would create in it exceed max_jobs, nothing is written. So the
 -- script decides everything first (pass 1) and writes after (pass 2).
 --
--- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues
--- KEYS[4] {P}:global, only when a job of the batch has unique_scope="global"
--- KEYS[4 or 5..] one GROUP of keys per distinct queue of the batch (_common.lua)
+-- max_queues (configure_server) is checked here too, for one HGET: a batch that would add
+-- queues to {P}:queues beyond it is refused ({"queues", name, max_queues}), nothing written.
+--
+-- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues   KEYS[4] {P}:server
+-- KEYS[5] {P}:global, only when a job of the batch has unique_scope="global"
+-- KEYS[5 or 6..] one GROUP of keys per distinct queue of the batch (_common.lua)
 -- ARGV: 13 values per job, in batch order:
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
@@ -34,9 +37,9 @@
 -- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin); or
 -- {"full", group, max_jobs} when a queue would exceed its max_jobs (nothing written)
 
-local lead = #KEYS % GROUP  -- the {P} keys before the groups: 0 (cluster), 3 or 4
+local lead = #KEYS % GROUP  -- the {P} keys before the groups: 0 (cluster), 4 or 5
 local cluster = lead == 0
-local global = lead == 4 and KEYS[4]
+local global = lead == 5 and KEYS[5]
 local base = lead + 1  -- KEYS index of the first queue GROUP
 local first_arg = cluster and 2 or 1  -- ARGV index of the first job's values
 local N = cluster and 14 or 13
@@ -115,6 +118,24 @@ for i = first_arg, #ARGV, N do
     end
   end
   if not twin[i] and not same[i] then creates[g] = (creates[g] or 0) + 1 end
+end
+
+if not cluster then  -- on a cluster, allocate.lua checks max_queues
+  local cap = redis.call('HGET', KEYS[4], 'max_queues')
+  if cap then
+    local new, seen = {}, {}
+    for i = first_arg, #ARGV, N do
+      local queue = ARGV[i + 1]
+      if not seen[queue] then
+        seen[queue] = true
+        if redis.call('SISMEMBER', KEYS[3], queue) == 0 then new[#new + 1] = queue end
+      end
+    end
+    local known = redis.call('SCARD', KEYS[3])
+    if #new > 0 and known + #new > tonumber(cap) then
+      return {'queues', new[1], cap, known + 1}
+    end
+  end
 end
 
 for g, count in pairs(creates) do
