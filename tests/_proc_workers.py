@@ -280,3 +280,56 @@ def race_unique_for(
         q.close()
 
     _report_errors(f"windowed-{index}", results, body)
+
+
+# -- (f) racing producers of one global unique key, each in a queue of its own -----------
+
+
+def race_global_key(
+    url: str, prefix: str, index: int, keys: list[str], barrier: Sync, results: Sync,
+) -> None:
+    """For each key: wait for all racers, then enqueue it with ``unique_scope="global"``
+    in queue ``g<index>`` (odd racers in a batch with a plain job) and report
+    ``("global", index, key, id, created)``."""
+
+    def body() -> None:
+        q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None, pool_size=1)
+        q.stats()
+        queue = f"g{index}"
+        for key in keys:
+            barrier.wait(timeout=60)
+            if index % 2:
+                r = q.enqueue_many([{"queue": queue, "unique_key": key,
+                                     "unique_scope": "global"}, {"queue": queue}])[0]
+            else:
+                r = q.enqueue(queue, {"by": index}, unique_key=key, unique_scope="global")
+            results.put(("global", index, key, r.id, r.created))
+        q.close()
+
+    _report_errors(f"global-{index}", results, body)
+
+
+# -- (g) racing producers, each creating queues of its own, against max_queues -----------
+
+
+def race_new_queues(
+    url: str, prefix: str, index: int, rounds: int, barrier: Sync, results: Sync,
+) -> None:
+    """Each round: wait for all racers, then enqueue into a queue of its own not used
+    before (odd racers: a batch into two new queues) and report
+    ``("queues", index, queues_written, refused)``."""
+
+    def body() -> None:
+        q = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None, pool_size=1)
+        q.stats()
+        for n in range(rounds):
+            barrier.wait(timeout=60)
+            names = [f"r{index}-{n}"] + ([f"r{index}-{n}b"] if index % 2 else [])
+            try:
+                q.enqueue_many([{"queue": name} for name in names])
+                results.put(("queues", index, names, False))
+            except leaseq.TooManyQueues:
+                results.put(("queues", index, [], True))
+        q.close()
+
+    _report_errors(f"queues-{index}", results, body)

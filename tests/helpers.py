@@ -102,7 +102,7 @@ def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
     """Remove the tables a test created under ``prefix`` (MariaDB: in ``database``, by
     default the test URL's)."""
     tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues", "flows",
-                                       "flow_parts")]
+                                       "flow_parts", "server", "queue_names")]
     if backend in ("postgres", "postgres_pgbouncer"):  # the same server
         import psycopg
 

@@ -151,6 +151,24 @@ def test_flow_control_limits_from_the_command_line(run) -> None:  # type: ignore
     assert reset["rate_per_sec"] is None and reset["concurrency_limit"] == 2
 
 
+def test_max_queues_from_the_command_line(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("enqueue", "a", "{}").returncode == 0
+    shown = run("server", "show")
+    assert shown.returncode == 0 and "max_queues: - (no cap)" in shown.stdout
+    out = run("server", "set", "--max-queues", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"max_queues": 1, "queues": 1}
+    refused = run("enqueue", "b", "{}")
+    assert refused.returncode == 1 and "TooManyQueues" in refused.stderr
+    assert run("enqueue", "a", "{}").returncode == 0
+    assert "queues: 1 counted" in run("server", "show").stdout
+    assert run("server", "set").returncode == 2  # nothing to change
+    assert run("server", "set", "--max-queues", "0").returncode == 1
+    lifted = json.loads(run("server", "set", "--max-queues", "none", "--json").stdout)
+    assert lifted == {"max_queues": None, "queues": None}
+    assert run("enqueue", "b", "{}").returncode == 0
+
+
 def test_queue_set_refuses_bad_values(run) -> None:  # type: ignore[no-untyped-def]
     assert run("queue", "set", "emails").returncode == 2  # nothing to change
     assert run("queue", "set", "emails", "--max-jobs", "lots").returncode == 2

@@ -156,7 +156,8 @@ def test_ids_allocated_by_an_enqueue_that_died_before_writing_are_no_jobs(
 
     backend = q._backend  # type: ignore[attr-defined]
     keys = backend.ops.k
-    first = int(backend.runner.execute(Call("allocate", (keys.ids, keys.index, keys.queues),
+    first = int(backend.runner.execute(Call("allocate", (keys.ids, keys.index, keys.queues,
+                                                        keys.server),
                                             ["orphans", "orphans"])))
     for job_id in (first, first + 1):
         with pytest.raises(leaseq.JobNotFound):

@@ -103,7 +103,8 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     ("redis+sentinel://127.0.0.1:26379/leaseq/x", "the database must be a number, not 'x'"),
     ("redis+sentinel://127.0.0.1:26379/leaseq?socket_timeout=soon",
      r"bad Redis Sentinel URL .*socket_timeout"),
-    ("redis+sentinel://127.0.0.1:26379/leaseq?client_name=x&bogus=1", "unknown option 'bogus'"),
+    ("redis+sentinel://127.0.0.1:26379/leaseq?client_name=x&bogus=1",
+     "unknown query parameter 'bogus'"),
 ])
 def test_a_malformed_sentinel_url_is_refused_saying_why(url: str, says: str) -> None:
     for connect in (leaseq.connect, leaseq.connect_async):

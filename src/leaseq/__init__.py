@@ -16,6 +16,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
     ServerStats,
 )
 from leaseq._core.settings import Settings
@@ -39,6 +40,7 @@ from leaseq.errors import (
     QueueFull,
     ResultNotReady,
     SchemaMissing,
+    TooManyQueues,
     TouchLimitExceeded,
     ValidationError,
 )
@@ -114,10 +116,12 @@ __all__ = [
     "Retry",
     "Schedule",
     "SchemaMissing",
+    "ServerConfig",
     "ServerStats",
     "Settings",
     "Signature",
     "Task",
+    "TooManyQueues",
     "TouchLimitExceeded",
     "ValidationError",
     "Worker",

@@ -30,11 +30,12 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
     ServerStats,
 )
 from leaseq._core.settings import Settings
 from leaseq._group import AsyncGroupCommit, GroupCommit, grouped
-from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared
+from leaseq._shared import KEEP, POLL_CAP, POLL_FIRST, Closed, Keep, Shared, UniqueScope
 from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
 from leaseq.errors import (
@@ -67,6 +68,7 @@ class Queue(Shared):
         if self._configs_stale():
             with self._configs_lock:
                 if self._configs_stale():
+                    self._store_server(self._backend.server_config())
                     self._store_configs(self._backend.queue_configs())
 
     def migrate(self) -> None:
@@ -89,6 +91,7 @@ class Queue(Shared):
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
         conn: Any = None,
+        unique_scope: UniqueScope = "queue",
     ) -> EnqueueResult:
         """Add a job.
 
@@ -102,6 +105,10 @@ class Queue(Shared):
             run_at: An aware datetime to run at instead of ``delay``.
             unique_key: At most one live job per ``(queue, unique_key)``; a duplicate
                 returns the existing job's id with ``created=False``.
+            unique_scope: ``"queue"`` (the default): ``unique_key`` is unique in its
+                queue. ``"global"``: unique among the live jobs enqueued with
+                ``"global"`` in every queue (and in its own queue, as any key); with
+                ``unique_for``, a job of the key finished in any queue counts.
             max_attempts: Attempts before the job goes dead. Defaults to the queue's
                 ``max_attempts`` setting, else the client's (5).
             lease: The job's own lease in seconds, used when it is dequeued without an
@@ -123,11 +130,14 @@ class Queue(Shared):
 
         Raises:
             QueueFull: The queue holds its ``max_jobs`` live jobs; nothing was written.
+            TooManyQueues: The queue would be one more than the server's ``max_queues``
+                (``configure_server``); nothing was written.
         """
         self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
-                            lease=lease, unique_for=unique_for, headers=headers)
+                            lease=lease, unique_for=unique_for, headers=headers,
+                            unique_scope=unique_scope)
         conn = self._caller(conn)
         if _tracing.on:
             return self._enqueue_traced([job], conn)[0]
@@ -169,7 +179,10 @@ class Queue(Shared):
 
     def _write(self, jobs: list[NewJob], conn: Any = None) -> list[EnqueueResult]:
         """One transaction (the caller's, with ``conn``), then the in-process wake-up."""
-        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs))
+        fresh = self._fresh_in(jobs)
+        results = self._backend.enqueue(jobs, conn, self._capped_in(jobs), fresh)
+        if fresh:
+            self._counted.update(fresh)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return self._bind(results)
 
@@ -562,6 +575,23 @@ class Queue(Shared):
         now."""
         return self._backend.queue_configs()
 
+    def configure_server(self, *, max_queues: int | Keep | None = KEEP) -> ServerConfig:
+        """Store settings of the whole database (this table prefix), shared by every
+        client and worker (see ``ServerConfig``). Only the arguments given change; None
+        resets one (no cap). ``max_queues=N``: an enqueue that would create queue N + 1
+        raises ``TooManyQueues`` and writes nothing; setting it counts the queues the
+        database holds now. Other clients apply it within ``CONFIG_TTL`` (2 s). Returns
+        the settings as stored."""
+        config = self._backend.configure_server(self._server_changes(max_queues))
+        self._counted.clear()
+        self._forget_configs()
+        return config
+
+    def server_config(self) -> ServerConfig:
+        """The stored server settings, read now, with the number of queues counted
+        while ``max_queues`` is set."""
+        return self._backend.server_config()
+
     def next_due(self, queues: str | Sequence[str]) -> float | None:
         """Seconds until a job of ``queues`` may next become claimable by the database's
         clock: until the earliest scheduled job is due, or, in a queue with
@@ -634,6 +664,7 @@ class AsyncQueue(Shared):
 
     async def _fresh_configs(self) -> None:
         if self._configs_stale():
+            self._store_server(await self._backend.server_config())
             self._store_configs(await self._backend.queue_configs())
 
     async def migrate(self) -> None:
@@ -656,12 +687,14 @@ class AsyncQueue(Shared):
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
         conn: Any = None,
+        unique_scope: UniqueScope = "queue",
     ) -> EnqueueResult:
         """See ``Queue.enqueue``."""
         await self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
-                            lease=lease, unique_for=unique_for, headers=headers)
+                            lease=lease, unique_for=unique_for, headers=headers,
+                            unique_scope=unique_scope)
         conn = await self._caller(conn)
         if _tracing.on:
             return (await self._enqueue_traced([job], conn))[0]
@@ -701,7 +734,10 @@ class AsyncQueue(Shared):
 
     async def _write(self, jobs: list[NewJob], conn: Any = None) -> list[EnqueueResult]:
         """See ``Queue._write``."""
-        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs))
+        fresh = self._fresh_in(jobs)
+        results = await self._backend.enqueue(jobs, conn, self._capped_in(jobs), fresh)
+        if fresh:
+            self._counted.update(fresh)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return self._bind(results)
 
@@ -1014,6 +1050,18 @@ class AsyncQueue(Shared):
     async def queue_configs(self) -> dict[str, QueueConfig]:
         """See ``Queue.queue_configs``."""
         return await self._backend.queue_configs()
+
+    async def configure_server(self, *, max_queues: int | Keep | None = KEEP
+                               ) -> ServerConfig:
+        """See ``Queue.configure_server``."""
+        config = await self._backend.configure_server(self._server_changes(max_queues))
+        self._counted.clear()
+        self._forget_configs()
+        return config
+
+    async def server_config(self) -> ServerConfig:
+        """See ``Queue.server_config``."""
+        return await self._backend.server_config()
 
     async def next_due(self, queues: str | Sequence[str]) -> float | None:
         """See ``Queue.next_due``."""

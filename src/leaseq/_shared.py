@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from leaseq import _listen, _results, _wakeup
 from leaseq._core import flow as _flow
@@ -32,6 +32,7 @@ from leaseq._core.job import (
     QueueConfig,
     QueueStats,
     ResultWaiter,
+    ServerConfig,
     ServerStats,
 )
 from leaseq._core.settings import Settings
@@ -59,8 +60,11 @@ message, so it is seen within ~20 ms plus a claim, as is an enqueue on MySQL/Mar
 
 _ENQUEUE_KEYS = frozenset({
     "queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts",
-    "lease", "unique_for", "headers",
+    "lease", "unique_for", "headers", "unique_scope",
 })
+UniqueScope = Literal["queue", "global"]
+UNIQUE_SCOPES = ("queue", "global")
+"""``enqueue(unique_scope=)``: a key unique in its queue (the default) or in every queue."""
 PEEK_STATES: tuple[PeekState, ...] = ("available", "scheduled", "dead")
 
 _log = logging.getLogger("leaseq")
@@ -133,6 +137,10 @@ class Shared:
         self._configs: dict[str, QueueConfig] = {}
         self._configs_read = float("-inf")
         self._capped: frozenset[str] = frozenset()
+        # The server's max_queues as last read, and the queues this client has seen
+        # counted against it: only others make an enqueue check the cap (Backend.enqueue).
+        self._max_queues: int | None = None
+        self._counted: set[str] = set()
         # Queues with a concurrency or rate limit, as last read: claims of these take
         # the limits into account (``Backend.claim``).
         self._limited: frozenset[str] = frozenset()
@@ -156,6 +164,21 @@ class Shared:
         self._limited = frozenset(q for q, c in configs.items() if c.limited)
         self._backoffs = {}
         self._configs_read = time.monotonic()
+
+    def _store_server(self, config: ServerConfig) -> None:
+        self._max_queues = config.max_queues
+
+    def _fresh_in(self, jobs: Sequence[NewJob]) -> frozenset[str]:
+        """The queues of ``jobs`` not seen counted against ``max_queues``, while set."""
+        if self._max_queues is None:
+            return frozenset()
+        return frozenset(job.queue for job in jobs if job.queue not in self._counted)
+
+    def _server_changes(self, max_queues: int | Keep | None) -> dict[str, int | None]:
+        if max_queues is KEEP:
+            return {}
+        return {"max_queues": None if max_queues is None
+                else v.integer("max_queues", max_queues, 1, 1_000_000_000)}
 
     def _concurrency_limited(self, queue: str) -> bool:
         """True when ``queue`` had a ``concurrency_limit`` when settings were last read."""
@@ -215,6 +238,7 @@ class Shared:
         unique_for: float | timedelta | None = None,
         headers: Mapping[str, str] | None = None,
         flow: bool = False,
+        unique_scope: str = "queue",
     ) -> NewJob:
         if headers is not None and not flow and isinstance(headers, Mapping) \
                 and _flow.HEADER in headers:
@@ -232,6 +256,11 @@ class Shared:
             max_attempts = config.max_attempts if config and config.max_attempts else None
         if unique_for is not None and unique_key is None:
             raise InvalidArgument("unique_for needs a unique_key")
+        if unique_scope not in UNIQUE_SCOPES:
+            raise InvalidArgument(
+                f"unique_scope must be 'queue' or 'global', got {unique_scope!r}")
+        if unique_scope == "global" and unique_key is None:
+            raise InvalidArgument("unique_scope='global' needs a unique_key")
         return NewJob(
             queue=name,
             payload=v.encode(payload, self.settings.max_payload_bytes),
@@ -249,6 +278,7 @@ class Shared:
             lease=None if lease is None else _duration("lease", lease, True),
             unique_for=None if unique_for is None else _duration("unique_for", unique_for, True),
             headers=None if headers is None else v.headers(headers),
+            unique_global=unique_scope == "global",
         )
 
     def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:

@@ -96,6 +96,11 @@ class QueueFull(LeaseqError):
     """The queue already holds its ``max_jobs`` live jobs; nothing was written."""
 
 
+class TooManyQueues(LeaseqError):
+    """The enqueue would create a queue beyond the server's ``max_queues``
+    (``Queue.configure_server``); nothing was written."""
+
+
 class JobFailed(LeaseqError):
     """The job a caller waits on (``Queue.wait``, ``EnqueueResult.wait``) or reads the
     result of (``Queue.result``) will not complete: it went dead, or was discarded or

@@ -48,6 +48,7 @@ from leaseq._core.job import EnqueueResult, Job, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
 from leaseq._hooks import FailureHook
+from leaseq._shared import UniqueScope
 from leaseq.backends.base import NewJob
 from leaseq.errors import ConfigurationError, InvalidArgument
 
@@ -72,6 +73,7 @@ class TaskOptions:
     backoff: Backoff | None = None
     unique_key: UniqueKey = None
     unique_for: float | timedelta | None = None
+    unique_scope: UniqueScope = "queue"
     delay: float | timedelta = 0
     run_at: datetime | None = None
     headers: Mapping[str, str] | None = None
@@ -182,6 +184,7 @@ class Task(Generic[P, R]):
         backoff: Backoff | None = None,
         unique_for: float | timedelta | None = None,
         conn: Any = None,
+        unique_scope: UniqueScope | None = None,
     ) -> BoundTask[P, R]:
         """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
         enqueues inside your own database transaction; ``headers`` travel with the job
@@ -189,14 +192,15 @@ class Task(Generic[P, R]):
         stored backoff (it travels as a ``leaseq-backoff`` header). ``unique_for``: a
         job with the same key that finished less than this long ago also stands in for
         the new one (``Queue.enqueue``); it needs a ``unique_key``, here or on the task,
-        else the enqueue raises ``InvalidArgument``."""
+        else the enqueue raises ``InvalidArgument``. ``unique_scope="global"``: the key
+        is unique across every queue (``Queue.enqueue``)."""
         if backoff is not None and not isinstance(backoff, Backoff):
             raise InvalidArgument(f"{self.name}: backoff must be a leaseq.Backoff, "
                                   f"got {backoff!r}")
         changes: dict[str, Any] = {k: val for k, val in {
             "queue": queue, "priority": priority, "delay": delay, "run_at": run_at,
             "unique_key": unique_key, "max_attempts": max_attempts, "headers": headers,
-            "backoff": backoff, "unique_for": unique_for,
+            "backoff": backoff, "unique_for": unique_for, "unique_scope": unique_scope,
         }.items() if val is not None}
         return BoundTask(self, replace(self.defaults, **changes), conn)
 
@@ -307,6 +311,7 @@ class BoundTask(Generic[P, R]):
             "lease": opts.lease,
             "unique_for": opts.unique_for,
             "headers": headers,
+            "unique_scope": opts.unique_scope,
         }
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -505,6 +510,7 @@ class App:
         unique_for: float | timedelta | None = None,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
+        unique_scope: UniqueScope = "queue",
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -522,6 +528,7 @@ class App:
         unique_for: float | timedelta | None = None,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
+        unique_scope: UniqueScope = "queue",
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function (plain or ``async def``) as a task.
 
@@ -541,6 +548,8 @@ class App:
                 instead of making a new one (``Queue.enqueue``). Applies to every call
                 with a key, the task's or one given by ``options(unique_key=...)``; an
                 enqueue without any key raises ``InvalidArgument``.
+            unique_scope: ``"global"``: the key is unique across every queue, not only
+                in the task's queue (``Queue.enqueue``). Defaults to ``"queue"``.
             on_failure: ``fn(job, exc)``, plain or ``async def``, called in the worker after
                 every attempt that failed by raising, with the job as stored after the
                 failure. Defaults to the app's ``on_failure``.
@@ -558,6 +567,7 @@ class App:
             unique_for=None if unique_for is None else v.seconds(
                 "unique_for", unique_for.total_seconds() if isinstance(unique_for, timedelta)
                 else unique_for, positive=True),
+            unique_scope=unique_scope,
         )
 
         def register(fn: Callable[P, R]) -> Task[P, R]:

@@ -238,6 +238,26 @@ QUEUE_SETTINGS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class ServerConfig:
+    """Settings of the whole database (this table prefix), stored there so every client
+    and worker shares them (``Queue.configure_server``). A field left None takes its
+    default.
+
+    Attributes:
+        max_queues: Most queues: an enqueue into a queue that is not counted yet, when
+            that many are, raises ``TooManyQueues`` and writes nothing. A queue counts
+            once a job was enqueued into it or it has stored settings (pause included);
+            ``configure_server`` counts them again from what the database holds.
+            Default: none.
+        queues: How many queues count now, while ``max_queues`` is set (None without
+            a cap: nothing is counted then).
+    """
+
+    max_queues: int | None = None
+    queues: int | None = None
+
+
+@dataclass(frozen=True)
 class QueueConfig:
     """A queue's settings, stored in the database so every client and worker shares them
     (``Queue.configure_queue``). A field left None takes its default.

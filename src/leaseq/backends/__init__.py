@@ -54,9 +54,12 @@ def _optional(module: str, extra: str, driver: str) -> Any:
 
 
 def _memory(url: str, use_async: bool) -> Any:
+    from leaseq.backends._urls import refuse_unknown
     from leaseq.backends.memory import AsyncMemoryBackend, MemoryBackend
 
     name = url.split("://", 1)[1]
+    # memory:// takes no options: a "?" would otherwise end up in the store's name.
+    refuse_unknown(url, (), "memory://")
     with _memory_lock:
         # memory:// alone is a private store per client; memory://name is shared by every
         # client in the process that names it.

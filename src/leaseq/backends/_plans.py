@@ -24,7 +24,7 @@ REPEATABLE = frozenset({
     "claim", "renew", "complete", "complete_many", "complete_steps", "renew_many", "reclaim",
     "configure_queue", "set_paused",
     "get", "stats", "peek", "queue_configs", "server_version", "oldest_transaction_age",
-    "list_jobs", "paused",
+    "list_jobs", "paused", "configure_server", "server_config",
     "next_due", "get_flow",
     "priority_counts",
 })
@@ -33,7 +33,7 @@ REPEATABLE = frozenset({
 UNKNOWN = ("; if the connection dropped after the request was sent, the write may have "
            "committed: its outcome is unknown (repeat an enqueue only with a unique_key; "
            "see docs/reliability.md)")
-READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version",
+READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "server_config",
                    "oldest_transaction_age", "list_jobs",
                    "paused", "next_due", "get_flow",
                    "priority_counts"})
@@ -66,7 +66,8 @@ class PlanBackend:
         return self.runner.run(factory, **self.flags(operation))
 
     def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> Any:
         return self.run("enqueue", lambda: self.ops.enqueue(jobs, conn, capped))
 
@@ -164,6 +165,12 @@ class PlanBackend:
 
     def queue_configs(self) -> Any:
         return self.run("queue_configs", self.ops.queue_configs)
+
+    def configure_server(self, changes: Mapping[str, int | None]) -> Any:
+        return self.run("configure_server", lambda: self.ops.configure_server(changes))
+
+    def server_config(self) -> Any:
+        return self.run("server_config", self.ops.server_config)
 
     def server_version(self) -> Any:
         return self.run("server_version", self.ops.server_version)

@@ -18,7 +18,15 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from leaseq._core.flow import FlowKind, FlowLink, FlowState
-from leaseq._core.job import EnqueueResult, Job, JobInfo, JobState, QueueConfig, QueueStats
+from leaseq._core.job import (
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    QueueConfig,
+    QueueStats,
+    ServerConfig,
+)
 from leaseq.errors import TouchLimitExceeded
 
 PeekState = Literal["available", "scheduled", "dead"]
@@ -55,6 +63,10 @@ class NewJob:
     lease: float | None = None
     unique_for: float | None = None
     headers: str | None = None
+    unique_global: bool = False
+    """``unique_scope="global"``: ``unique_key`` is unique among the live jobs enqueued
+    so in every queue (and, as any key, in its own queue); ``unique_for`` then looks
+    for finished jobs of the key in every queue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +104,8 @@ class Backend(Protocol):
         """Create or upgrade the schema; idempotent and safe to race."""
 
     def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> list[EnqueueResult]:
         """nothing → available or scheduled; a live ``(queue, unique_key)`` twin (or,
         with ``unique_for``, a recently finished one) returns its id with
@@ -106,7 +119,14 @@ class Backend(Protocol):
         stored ``max_jobs`` afresh, and raises ``QueueFull`` with nothing written when the
         queue's live jobs (available, scheduled, running, dead) would exceed it. Other
         queues pay nothing for the feature (backends where the check is free may check
-        every queue)."""
+        every queue).
+
+        ``fresh`` names the batch's queues the client has not seen counted while the
+        server's ``max_queues`` is set (``configure_server``): the backend serialises
+        such enqueuers, reads ``max_queues`` afresh, and raises ``TooManyQueues`` with
+        nothing written when a queue not counted yet would make more than
+        ``max_queues``; else it counts the new queues. Queues a client has seen counted
+        pay nothing (backends where the check is free may check every call)."""
 
     def claim(
         self,
@@ -270,6 +290,14 @@ class Backend(Protocol):
         """The stored settings of every queue that has a settings row (configured or
         ever paused), by name."""
 
+    def configure_server(self, changes: Mapping[str, int | None]) -> ServerConfig:
+        """Stores the server settings in ``changes`` (``ServerConfig`` fields; None
+        resets one); setting ``max_queues`` counts the queues afresh from the jobs, the
+        history and the stored queue settings. Returns the settings as stored."""
+
+    def server_config(self) -> ServerConfig:
+        """The stored server settings, with the number of queues counted."""
+
     def server_version(self) -> str:
         """The database server's version, e.g. ``"16.2"``, ``"10.11.6-MariaDB"``."""
 
@@ -309,7 +337,8 @@ class AsyncBackend(Protocol):
 
     async def migrate(self) -> None: ...
     async def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> list[EnqueueResult]: ...
     async def claim(
         self,
@@ -362,6 +391,8 @@ class AsyncBackend(Protocol):
         self, queue: str, changes: Mapping[str, int | float | None]
     ) -> QueueConfig: ...
     async def queue_configs(self) -> dict[str, QueueConfig]: ...
+    async def configure_server(self, changes: Mapping[str, int | None]) -> ServerConfig: ...
+    async def server_config(self) -> ServerConfig: ...
     async def server_version(self) -> str: ...
     async def oldest_transaction_age(self) -> float | None: ...
     async def set_paused(self, queue: str, paused: bool) -> None: ...

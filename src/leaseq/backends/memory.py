@@ -26,6 +26,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
     error_detail,
 )
 from leaseq._core.validate import decode
@@ -47,6 +48,7 @@ from leaseq.errors import (
     JobStateError,
     LeaseLost,
     QueueFull,
+    TooManyQueues,
     TouchLimitExceeded,
 )
 
@@ -74,6 +76,7 @@ class _Row:
     result: str | None = None
     lease: float | None = None
     touches: int = 0
+    global_key: bool = False  # enqueued with unique_scope="global"
     leased_at: float | None = None
     touched_at: float | None = None
     reserves: int = 0
@@ -125,12 +128,15 @@ class MemoryBackend:
         self.buckets: dict[str, tuple[float, float]] = {}  # queue -> (tokens, when)
         self.next_id = 1
         self.flows: dict[str, _Flow] = {}
+        self.max_queues: int | None = None  # configure_server
+        self.queue_names: set[str] = set()  # every queue a job was enqueued into
 
     def migrate(self) -> None:
         """Nothing to create."""
 
     def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> list[EnqueueResult]:
         if conn is not None:
             raise ConfigurationError(
@@ -138,27 +144,42 @@ class MemoryBackend:
                 "PostgreSQL or MySQL"
             )
         with self.lock:
+            # The check is free here, so every call is checked, whatever ``fresh`` says.
+            if self.max_queues is not None:
+                known = self._known_queues()
+                new = sorted({job.queue for job in jobs} - known)
+                if new and len(known) + len(new) > self.max_queues:
+                    raise TooManyQueues(
+                        f"queue {new[0]!r} would be queue {len(known) + 1} of at most "
+                        f"max_queues={self.max_queues}; nothing was enqueued")
+            self.queue_names.update(job.queue for job in jobs)
             now = self.clock()
             out = []
             created: list[_Row] = []
             for job in jobs:
                 key = (job.queue, job.unique_key) if job.unique_key is not None else None
-                if key is not None and key in self.unique:
-                    out.append(EnqueueResult(self.unique[key], False))
+                # Global keys live under the queue name "", which no queue can have.
+                shared = ("", job.unique_key) if job.unique_global and job.unique_key else None
+                holder = next((self.unique[k] for k in (shared, key) if k in self.unique),
+                              None) if key is not None else None
+                if holder is not None:
+                    out.append(EnqueueResult(holder, False))
                     continue
-                twin = self._recent_twin(key, job.unique_for, now)
+                twin = self._recent_twin(shared or key, job.unique_for, now)
                 if twin is not None:
                     out.append(EnqueueResult(twin, False))
                     continue
                 at = job.run_at.timestamp() if job.run_at else now + job.delay
                 row = _Row(self.next_id, job.queue, job.kind, job.payload, job.priority,
                            job.max_attempts, job.unique_key, at, now, lease=job.lease,
-                           headers=job.headers)
+                           headers=job.headers, global_key=shared is not None)
                 self.next_id += 1
                 self.live[row.id] = row
                 created.append(row)
                 if key is not None:
                     self.unique[key] = row.id
+                if shared is not None:
+                    self.unique[shared] = row.id
                 out.append(EnqueueResult(row.id, True))
             # The check is free here, so every queue is checked, whatever ``capped`` says.
             for queue in {row.queue for row in created}:
@@ -168,6 +189,8 @@ class MemoryBackend:
                         del self.live[row.id]
                         if row.unique_key is not None:
                             self.unique.pop((row.queue, row.unique_key), None)
+                            if row.global_key:
+                                self.unique.pop(("", row.unique_key), None)
                     raise QueueFull(
                         f"queue {queue!r} holds its max_jobs={cap} live jobs; nothing was "
                         "enqueued"
@@ -334,6 +357,10 @@ class MemoryBackend:
         if r.unique_key is not None:
             self.unique.pop((r.queue, r.unique_key), None)
             self.finished_keys[(r.queue, r.unique_key)] = r.id
+            # A global enqueue's unique_for looks at finished jobs of the key in every queue.
+            self.finished_keys[("", r.unique_key)] = r.id
+            if r.global_key and self.unique.get(("", r.unique_key)) == r.id:
+                del self.unique[("", r.unique_key)]
         if state == "completed":
             error = detail = None
         elif error is None:
@@ -652,6 +679,24 @@ class MemoryBackend:
     def queue_configs(self) -> dict[str, QueueConfig]:
         with self.lock:
             return {q: QueueConfig(q, **c) for q, c in sorted(self.settings.items())}
+
+    def _known_queues(self) -> set[str]:
+        return self.queue_names | self.settings.keys() | self.paused_queues
+
+    def configure_server(self, changes: Mapping[str, int | None]) -> ServerConfig:
+        with self.lock:
+            if "max_queues" in changes:
+                self.max_queues = changes["max_queues"]
+                # Counted afresh, as the SQL backends do: pruned queues drop out.
+                self.queue_names = {r.queue for r in [*self.live.values(),
+                                                      *self.history.values()]}
+            return self.server_config()
+
+    def server_config(self) -> ServerConfig:
+        with self.lock:
+            if self.max_queues is None:
+                return ServerConfig()
+            return ServerConfig(self.max_queues, len(self._known_queues()))
 
     def server_version(self) -> str:
         return f"in-process (Python {platform.python_version()})"

@@ -461,6 +461,47 @@ def queue_set(name: str, url: str, table_prefix: str, json_out: bool, **settings
         show_config(q.configure_queue(name, **given), json_out)
 
 
+@cli.group()
+def server() -> None:
+    """Show or change the settings of the whole database (stored there)."""
+
+
+def show_server(config: leaseq.ServerConfig, json_out: bool) -> None:
+    if json_out:
+        emit({"max_queues": config.max_queues, "queues": config.queues})
+        return
+    cap = "- (no cap)" if config.max_queues is None else str(config.max_queues)
+    click.echo(f"{'max_queues':>12}: {cap}")
+    if config.queues is not None:
+        click.echo(f"{'queues':>12}: {config.queues} counted")
+
+
+@server.command(name="show")
+@database
+@as_json
+def server_show(url: str, table_prefix: str, json_out: bool) -> None:
+    """Show the server settings and, under a cap, how many queues count."""
+    with connect(url, table_prefix) as q:
+        show_server(q.server_config(), json_out)
+
+
+@server.command(name="set")
+@click.option("--max-queues", "max_queues", type=setting_value("max_jobs"), default=None,
+              metavar="N", help="Most queues: an enqueue into one more raises TooManyQueues "
+                                "(seed 004 MaxTopics). 'none' lifts the cap.")
+@database
+@as_json
+def server_set(max_queues: float | None, url: str, table_prefix: str, json_out: bool) -> None:
+    """Change server settings; the others stay. Setting --max-queues counts the queues
+    the database holds now."""
+    source = click.get_current_context().get_parameter_source("max_queues")
+    if source is click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("name a setting to change, e.g. --max-queues 100")
+    with connect(url, table_prefix) as q:
+        show_server(q.configure_server(max_queues=None if max_queues is None
+                                       else int(max_queues)), json_out)
+
+
 @cli.command()
 @click.option("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600.")
 @database

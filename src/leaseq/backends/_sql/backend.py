@@ -36,12 +36,15 @@ class SqlBackend(PlanBackend):
         return self.runner.migrate()
 
     def enqueue(
-        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = ()
+        self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
+        fresh: Collection[str] = (),
     ) -> Any:
         # Only the batch's own capped queues are locked and counted, in name order.
         caps = sorted({job.queue for job in jobs}.intersection(capped)) if capped else []
-        return self.runner.run(lambda: self.ops.enqueue(jobs, caps), conn=conn,
-                               single=not caps and self.ops.single("enqueue", jobs))
+        new = sorted({job.queue for job in jobs}.intersection(fresh)) if fresh else []
+        return self.runner.run(lambda: self.ops.enqueue(jobs, caps, new), conn=conn,
+                               single=not caps and not new
+                               and self.ops.single("enqueue", jobs))
 
     def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),

@@ -29,6 +29,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
     error_detail,
 )
 from leaseq._core.limits import allowance, next_start, tokens_now
@@ -50,6 +51,7 @@ from leaseq.errors import (
     JobStateError,
     LeaseLost,
     QueueFull,
+    TooManyQueues,
     TouchLimitExceeded,
 )
 
@@ -227,13 +229,16 @@ class SqlOps:
     # -- enqueue -------------------------------------------------------------------------
 
     def enqueue(
-        self, jobs: Sequence[NewJob], capped: Sequence[str] = ()
+        self, jobs: Sequence[NewJob], capped: Sequence[str] = (), fresh: Sequence[str] = ()
     ) -> Plan[list[EnqueueResult]]:
         """Inserts the batch; ``capped`` are the batch's queues the client believes have
         ``max_jobs`` (see ``Backend.enqueue``), in name order. Their settings rows are
         locked first, in that order (two batches cannot deadlock on them), which makes the
         enqueuers of a capped queue count its jobs one after another; after the inserts
-        each is counted. Other queues cost nothing more."""
+        each is counted. Other queues cost nothing more. ``fresh`` queues (not seen
+        counted against ``max_queues``) are admitted first (``admit_queues``)."""
+        if fresh:
+            yield from self.admit_queues(fresh)
         caps: dict[str, int] = {}
         for queue in capped:
             r = yield Stmt("lock_queue_cap", {"queue": queue})
@@ -243,6 +248,52 @@ class SqlOps:
         if caps:
             yield from self.check_caps(caps, jobs, results)
         return results
+
+    def admit_queues(self, fresh: Sequence[str]) -> Plan[None]:
+        """Counts the ``fresh`` queues against ``max_queues``, under the server row's
+        lock (taken before any queue's, so no deadlock with ``lock_queue_cap``), or
+        raises ``TooManyQueues`` having written nothing. A queue already holding jobs,
+        history or settings is counted without refusal: it exists."""
+        r = yield Stmt("lock_server")
+        cap = r.rows[0][0] if r.rows else None
+        if cap is None:
+            return  # the client's belief was stale: no cap now
+        new: list[str] = []
+        uncounted: list[str] = []
+        for queue in fresh:
+            counted = yield Stmt("queue_counted", {"queue": queue})
+            if counted.rows:
+                continue
+            uncounted.append(queue)
+            used = yield Stmt("queue_in_use", {"queue": queue})
+            if not int(used.rows[0][0]):
+                new.append(queue)
+        if new:
+            r = yield Stmt("count_queues")
+            if int(r.rows[0][0]) + len(new) > int(cap):
+                raise TooManyQueues(
+                    f"queue {new[0]!r} would be queue {int(r.rows[0][0]) + 1} of at most "
+                    f"max_queues={int(cap)}; nothing was enqueued")
+        for queue in uncounted:
+            yield Stmt("add_queue_name", {"queue": queue})
+
+    def configure_server(self, changes: Mapping[str, int | None]) -> Plan[ServerConfig]:
+        """Stores ``max_queues``; a cap set counts the queues afresh (one read of the
+        jobs, the history and the settings), under the server row's lock."""
+        if "max_queues" in changes:
+            cap = changes["max_queues"]
+            yield Stmt("set_max_queues", {"max_queues": cap})
+            yield Stmt("clear_queue_names")
+            if cap is not None:
+                yield Stmt("fill_queue_names")
+        return (yield from self.server_config())
+
+    def server_config(self) -> Plan[ServerConfig]:
+        r = yield Stmt("server_config")
+        cap = r.rows[0][0] if r.rows else None
+        if cap is None:
+            return ServerConfig()
+        return ServerConfig(int(cap), int(r.rows[0][1]))
 
     def check_caps(
         self, caps: Mapping[str, int], jobs: Sequence[NewJob], results: Sequence[EnqueueResult]
@@ -272,8 +323,11 @@ class SqlOps:
                 results[i] = EnqueueResult(job_id, True)
         # Keyed rows go in one global order, so two batches that share keys wait on each
         # other instead of deadlocking (each would otherwise hold a key the other needs).
+        # Global keys first, by key alone: they are shared by every queue.
         keyed = sorted((i for i, job in enumerate(jobs) if job.unique_key is not None),
-                       key=lambda i: (jobs[i].queue, jobs[i].unique_key or "", i))
+                       key=lambda i: (not jobs[i].unique_global,
+                                      "" if jobs[i].unique_global else jobs[i].queue,
+                                      jobs[i].unique_key or "", i))
         for i in keyed:
             results[i] = yield from self.insert_unique(jobs[i])
         return [r for r in results if r is not None]
@@ -297,20 +351,24 @@ class SqlOps:
         history (or found it live), so the read, a later statement under READ COMMITTED,
         sees any twin that finished. Reading first would miss a twin finishing between the
         read and the insert. A recent twin found, the row is taken back."""
+        # unique_scope="global": the key goes into global_key too, unique in every queue.
+        insert, recent, find = (("insert_global_job", "recent_global_twin", "find_global")
+                                if job.unique_global else
+                                ("insert_unique_job", "recent_twin", "find_unique"))
         for _ in range(UNIQUE_RETRIES):
-            r = yield Stmt("insert_unique_job", self.d.row(job), duplicate_ok=True)
+            r = yield Stmt(insert, self.d.row(job), duplicate_ok=True)
             if not r.duplicate and (r.rows or r.rowcount == 1):
                 job_id = self.new_id(r)
                 if not job.unique_for:
                     return EnqueueResult(job_id, True)
                 params = {"queue": job.queue, "unique_key": job.unique_key,
                           "unique_for": self.d.span(job.unique_for)}
-                twin = yield Stmt("recent_twin", params)
+                twin = yield Stmt(recent, params)
                 if not twin.rows:
                     return EnqueueResult(job_id, True)
                 yield Stmt("delete_new_jobs", {"ids": self.d.ids([job_id])})
                 return EnqueueResult(int(twin.rows[0][0]), False)
-            found = yield Stmt("find_unique", {"queue": job.queue, "unique_key": job.unique_key})
+            found = yield Stmt(find, {"queue": job.queue, "unique_key": job.unique_key})
             if found.rows:
                 return EnqueueResult(int(found.rows[0][0]), False)
             # The twin left the live table between our insert and our lookup: insert again.
@@ -1008,7 +1066,8 @@ class SqlOps:
         if "drop_tables" in self.d.q:
             yield Stmt("drop_tables")
         else:
-            for table in ("history", "jobs", "queues", "migrations", "flows", "flow_parts"):
+            for table in ("history", "jobs", "queues", "migrations", "flows", "flow_parts",
+                          "server", "queue_names"):
                 yield Stmt(f"drop_{table}")
 
     def prune(self, older_than: float, batch: int = 5000) -> Plan[int]:

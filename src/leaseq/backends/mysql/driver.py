@@ -26,6 +26,7 @@ from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.routine import routine_text
 from leaseq.backends._sql.runner import AsyncRunner, Pool, PooledSyncRunner
+from leaseq.backends._urls import refuse_unknown
 from leaseq.backends.base import NewJob, RenewOutcome
 from leaseq.errors import (
     AuthenticationFailed,
@@ -44,6 +45,10 @@ DISCONNECTS = {2003, 2006, 2013, 2055, 0}
 BATCH_BYTES = 4 * 1024 * 1024  # per multi-row INSERT; stays far below max_allowed_packet
 ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 READ_TIMEOUT = 60.0
+URL_OPTIONS = frozenset({"read_timeout", "write_timeout", "charset",
+                         "idle_transaction_timeout", *_sockets.NAMES})
+"""The query parameters a MySQL URL may carry: all read by leaseq (``connect_args``,
+``idle_setup``, ``tcp_options``)."""
 """Seconds a read or a write on a connection may wait (``read_timeout`` and
 ``write_timeout`` in the URL override it): it ends a connection whose server has gone
 silent while its kernel still acknowledges (a frozen server or proxy), which TCP's own
@@ -618,6 +623,8 @@ class AsyncMysqlRunner(AsyncRunner):
 
 
 def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
+    # PyMySQL takes no URL: a parameter nobody reads would be dropped in silence.
+    refuse_unknown(url, URL_OPTIONS, "MySQL")
     dialect = MysqlDialect(settings.table_prefix)
     runner: Any = (AsyncMysqlRunner if use_async else MysqlRunner)(url, dialect, settings)
     return SqlBackend("mysql", MysqlOps(dialect), runner)

@@ -4,6 +4,7 @@ deadlocks and serialization failures retried as whole transactions."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -22,8 +23,15 @@ from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.routine import ROUTINE_SIGNATURE, routine_text
 from leaseq.backends._sql.runner import AsyncRunner, SyncRunner
+from leaseq.backends._urls import refuse_unknown
 from leaseq.backends.base import NewJob, RenewOutcome
-from leaseq.backends.postgres.url import PostgresUrl, parse, with_tcp_defaults
+from leaseq.backends.postgres.url import (
+    FLAG,
+    LISTEN,
+    PostgresUrl,
+    parse,
+    with_tcp_defaults,
+)
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -523,7 +531,24 @@ class AsyncPostgresRunner(AsyncRunner):
 
 def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
     dialect = PostgresDialect(settings.table_prefix)
+    refuse_unknown(url, url_options(), "PostgreSQL")
     target = parse(url)  # pgbouncer= and listen_url= are leaseq's, not libpq's
+    if target.listen_url is not None:
+        refuse_unknown(target.listen_url, libpq_keywords(), "listen_url PostgreSQL")
     runner: Any = (AsyncPostgresRunner if use_async else PostgresRunner)(target, dialect,
                                                                          settings)
     return SqlBackend("postgres", PostgresOps(dialect), runner)
+
+
+@functools.cache
+def libpq_keywords() -> frozenset[str]:
+    """Every connection parameter the installed libpq knows (``PQconndefaults``): the
+    driver options a PostgreSQL URL may carry (``sslmode``, ``target_session_attrs``,
+    ``options``, the keepalives, ...)."""
+    return frozenset(option.keyword.decode() for option in psycopg.pq.Conninfo.get_defaults())
+
+
+def url_options() -> frozenset[str]:
+    """The query parameters a PostgreSQL URL may carry: libpq's, and leaseq's own
+    ``pgbouncer`` and ``listen_url``."""
+    return libpq_keywords() | {FLAG, LISTEN}

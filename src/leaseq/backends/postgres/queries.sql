@@ -481,7 +481,7 @@ WHERE verdict <> 'extend';
 
 -- name: drop_tables
 DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migrations,
-    {prefix}flows, {prefix}flow_parts;
+    {prefix}flows, {prefix}flow_parts, {prefix}server, {prefix}queue_names;
 
 -- name: completed_tokens
 -- Jobs already completed, with the token that completed them: a retried ack whose first
@@ -742,3 +742,66 @@ WHERE p.proname = :name AND p.pronamespace = current_schema()::regnamespace
 
 -- name: drop_routine
 DROP FUNCTION IF EXISTS {prefix}enqueue(text, jsonb, text, integer, interval, text, integer);
+-- name: insert_global_job
+-- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
+-- index (one of every queue) or the (queue, unique_key) one may refuse the row.
+INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
+                          global_key, available_at, created_at, lease, headers)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key,
+        COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), now(),
+        :lease, :headers)
+ON CONFLICT DO NOTHING
+RETURNING id, pg_notify(:channel, queue);
+
+-- name: find_global
+-- The live job that holds a global key: one enqueued with unique_scope="global" in any
+-- queue, else (the insert was refused by the per-queue index) one of this queue.
+(SELECT id FROM {prefix}jobs WHERE global_key = :unique_key)
+UNION ALL
+(SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key)
+LIMIT 1;
+
+-- name: recent_global_twin
+-- recent_twin in every queue: along the finished_at index, over the unique_for window only.
+SELECT id FROM {prefix}history
+WHERE finished_at > now() - make_interval(secs => :unique_for) AND unique_key = :unique_key
+ORDER BY finished_at DESC, id DESC
+LIMIT 1;
+
+-- name: lock_server
+-- An enqueue into a queue not counted yet while max_queues is set: the server row stays
+-- locked until commit, so such enqueuers count the queues one after another.
+SELECT max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE;
+
+-- name: add_queue_name
+INSERT INTO {prefix}queue_names (name) VALUES (:queue) ON CONFLICT DO NOTHING;
+
+-- name: set_max_queues
+UPDATE {prefix}server SET max_queues = :max_queues, updated_at = now() WHERE id = 1;
+
+-- name: queue_in_use
+-- A queue not counted yet that holds jobs, history or settings already (made while no cap
+-- was set, or by a client that had not read the cap yet): counted without refusal.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}history WHERE queue = :queue)
+            THEN 1 ELSE 0 END;
+
+-- name: queue_counted
+SELECT 1 FROM {prefix}queue_names WHERE name = :queue;
+
+-- name: count_queues
+SELECT COUNT(*) FROM {prefix}queue_names;
+
+-- name: clear_queue_names
+DELETE FROM {prefix}queue_names;
+
+-- name: fill_queue_names
+-- configure_server(max_queues=N): the queues that count, from what the database holds.
+INSERT INTO {prefix}queue_names (name)
+SELECT queue FROM {prefix}jobs
+UNION SELECT queue FROM {prefix}history
+UNION SELECT name FROM {prefix}queues;
+
+-- name: server_config
+SELECT max_queues, (SELECT COUNT(*) FROM {prefix}queue_names) FROM {prefix}server WHERE id = 1;

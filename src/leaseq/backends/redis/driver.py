@@ -43,7 +43,9 @@ from redis.retry import Retry
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
+from leaseq.backends._urls import refuse_unknown
 from leaseq.backends.redis.durability import (
+    OPTIONS,
     Durability,
     Shortfall,
     check_version,
@@ -51,12 +53,15 @@ from leaseq.backends.redis.durability import (
 )
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
+from leaseq.backends.redis.sentinel import SCHEMES as SENTINEL_SCHEMES
 from leaseq.backends.redis.sentinel import (
+    SENTINEL_AUTH,
     Target,
     aclose_sentinels,
     async_client,
     close_sentinels,
     sync_client,
+    url_options,
 )
 from leaseq.backends.redis.sentinel import parse as sentinel_target
 from leaseq.errors import (
@@ -529,8 +534,9 @@ def cluster_urls(url: str) -> list[str] | None:
     plain = CLUSTER_SCHEMES.get(scheme.lower())
     if plain is None or not sep:
         return None
-    address, _, tail = rest.partition("/")
-    db, _, query = tail.partition("?")
+    # The query first: "host:7001?socket_timeout=5" has no "/" before it.
+    rest, _, query = rest.partition("?")
+    address, _, db = rest.partition("/")
     if db not in ("", "0"):
         raise ConfigurationError(
             f"Redis Cluster has only database 0; drop /{db} from {url.split('@')[-1]!r}"
@@ -594,6 +600,12 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     server at once, so a wrong URL fails here with its real reason; the async one on its
     first call. ``wait_replicas``, ``wait_timeout`` and ``wait_aof`` in the query of any
     of them make every write wait for replicas (``durability.py``)."""
+    accepted = {*url_options(), *OPTIONS, *_sockets.NAMES}
+    if url.partition("://")[0].lower() in SENTINEL_SCHEMES:
+        accepted.update(SENTINEL_AUTH)
+    # redis-py fails on an unknown name with a TypeError at the first connect, and a
+    # cluster client drops it unread.
+    refuse_unknown(url, accepted, url.partition("://")[0].lower() + "://")
     url, durability = split_options(url)
     # keepalives_idle= and the other _sockets.NAMES are leaseq's: redis-py refuses them.
     url, tcp = _sockets.split(url)

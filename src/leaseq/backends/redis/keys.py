@@ -41,6 +41,10 @@ class Keys:
         self.queues = f"{{{prefix}}}:queues"
         self.configured = f"{{{prefix}}}:configured"
         self.flows = f"{{{prefix}}}:flows"
+        # unique_scope="global": key -> id of its last holder (scripts/enqueue.lua).
+        self.global_keys = f"{{{prefix}}}:global"
+        # configure_server's settings (field max_queues).
+        self.server = f"{{{prefix}}}:server"
         # Not a key: the pub/sub channel on which scripts that make jobs due now publish
         # the queue's name (``wake`` in scripts/_common.lua builds the same name from a
         # queue's "{P:Q}:job:" key prefix). Pub/sub channels have no slots, so no hash tag.

@@ -37,6 +37,7 @@ from leaseq._core.job import (
     JobState,
     QueueConfig,
     QueueStats,
+    ServerConfig,
     error_detail,
 )
 from leaseq._core.validate import decode
@@ -59,6 +60,7 @@ from leaseq.errors import (
     JobStateError,
     LeaseLost,
     QueueFull,
+    TooManyQueues,
     TouchLimitExceeded,
 )
 
@@ -268,9 +270,16 @@ class RedisOps:
         if not jobs:
             return []
         if self.cluster:
+            if any(job.unique_global for job in jobs):
+                raise ConfigurationError(
+                    "unique_scope='global' is not available on Redis Cluster: the key would "
+                    "live in another slot than the jobs it guards, so no script could check "
+                    "and write both at once; use redis:// (or a SQL backend)")
             return (yield from self.enqueue_sliced(jobs))
         groups: dict[str, int] = {}
-        keys = [self.k.ids, self.k.index, self.k.queues]
+        keys = [self.k.ids, self.k.index, self.k.queues, self.k.server]
+        if any(job.unique_global for job in jobs):
+            keys.append(self.k.global_keys)
         args: list[str | int] = []
         for job in jobs:
             if job.queue not in groups:
@@ -278,6 +287,8 @@ class RedisOps:
                 keys += self.k.queue(job.queue)
             args += job_args(groups[job.queue], job)
         reply = yield Call("enqueue", keys, args)
+        if reply and reply[0] == "queues":
+            raise too_many_queues(reply)
         if reply and reply[0] == "full":
             queue = next(name for name, number in groups.items() if number == int(reply[1]))
             raise queue_full(queue, reply[2])
@@ -306,8 +317,10 @@ class RedisOps:
                 reply = yield Call("enqueue", self.k.queue(queue), args)
                 if reply:
                     raise queue_full(queue, reply[2])
-        first = yield Call("allocate", (self.k.ids, self.k.index, self.k.queues),
-                           [job.queue for job in jobs])
+        first = yield Call("allocate", (self.k.ids, self.k.index, self.k.queues,
+                                        self.k.server), [job.queue for job in jobs])
+        if isinstance(first, list):
+            raise too_many_queues(first)
         ids = [int(first) + i for i in range(len(jobs))]
         results: list[EnqueueResult | None] = [None] * len(jobs)
         for queue, items in by_queue.items():
@@ -808,6 +821,25 @@ class RedisOps:
                 out[name] = queue_config(name, flat)
         return out
 
+    def configure_server(self, changes: Mapping[str, int | None]) -> Plan[ServerConfig]:
+        """Stores ``max_queues`` in ``{P}:server``. The queues counted are those of
+        ``{P}:queues`` (every queue that ever held a job, was paused or configured), so
+        there is nothing to count afresh."""
+        if "max_queues" in changes:
+            cap = changes["max_queues"]
+            if cap is None:
+                yield Call("HDEL", args=(self.k.server, "max_queues"), command=True)
+            else:
+                yield Call("HSET", args=(self.k.server, "max_queues", cap), command=True)
+        return (yield from self.server_config())
+
+    def server_config(self) -> Plan[ServerConfig]:
+        cap = yield Call("HGET", args=(self.k.server, "max_queues"), command=True)
+        if cap is None:
+            return ServerConfig()
+        known = yield Call("SCARD", args=(self.k.queues,), command=True)
+        return ServerConfig(int(cap), int(known))
+
     def server_version(self) -> Plan[str]:
         info = yield Call("INFO", args=("server",), command=True)
         return str(info["redis_version"])
@@ -911,12 +943,18 @@ def info(h: dict[str, str], now: int) -> JobInfo:
 
 
 def job_args(group: int, job: NewJob) -> list[str | int]:
-    """The 12 ARGV values of one job for ``enqueue.lua``."""
+    """The 13 ARGV values of one job for ``enqueue.lua``."""
     run_at = None if job.run_at is None else us_at(job.run_at)
     window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
     return [group, job.queue, opt(job.kind), job.payload, job.priority, job.max_attempts,
             opt(job.unique_key), us(job.delay), opt(run_at), opt(job.lease), opt(window),
-            opt(job.headers)]
+            opt(job.headers), int(job.unique_global)]
+
+
+def too_many_queues(reply: Sequence[Any]) -> TooManyQueues:
+    """The refusal ``{"queues", name, max_queues, n}`` of enqueue.lua or allocate.lua."""
+    return TooManyQueues(f"queue {reply[1]!r} would be queue {reply[3]} of at most "
+                         f"max_queues={reply[2]}; nothing was enqueued")
 
 
 def queue_full(queue: str, cap: str | int, written: Sequence[int] = ()) -> QueueFull:

@@ -32,6 +32,7 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from leaseq.backends._urls import refuse_unknown
 from leaseq.errors import ConfigurationError
 
 SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
@@ -86,9 +87,7 @@ def parse(url: str) -> Target | None:
     if db and not db.isdigit():
         raise ConfigurationError(f"{shown!r}: the database must be a number, not {db!r}")
     pairs = parse_qsl(query, keep_blank_values=True)
-    for key, _ in pairs:
-        if key not in SENTINEL_AUTH and key not in connection_options():
-            raise ConfigurationError(f"{shown!r}: unknown option {key!r} in the query")
+    refuse_unknown(f"{shown}?{query}", {*SENTINEL_AUTH, *url_options()}, "Redis Sentinel")
     sentinel_options: dict[str, Any] = {
         SENTINEL_AUTH[key]: value for key, value in pairs if key in SENTINEL_AUTH
     }
@@ -129,6 +128,26 @@ def connection_options() -> frozenset[str]:
         names.update(p.name for p in parameters
                      if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self")
     return frozenset(names)
+
+
+# Connection keywords that take Python objects (or that leaseq sets itself): a URL's text
+# cannot be one, so they are not URL options.
+_NOT_FROM_URLS = frozenset({
+    "command_packer", "credential_provider", "event_dispatcher", "parser", "parser_class",
+    "redis_connect_func", "retry", "socket_keepalive_options", "socket_type", "driver_info",
+    "himport_registry", "ssl_ocsp_context", "host", "port", "decode_responses",
+})
+
+
+@functools.cache
+def url_options() -> frozenset[str]:
+    """The query parameters redis-py reads from a ``redis://`` URL for its connections
+    (``client_name``, ``socket_timeout``, ``ssl_ca_certs``, ...): its URL parsers' names
+    and its connection options that a text value can set. Internal ones (the maintenance
+    notifications' bookkeeping) are left out."""
+    names = set(connection_options()) | set(redis.connection.URL_QUERY_ARGUMENT_PARSERS)
+    return frozenset(name for name in names if name not in _NOT_FROM_URLS
+                     and not name.startswith(("maint", "orig_", "oss_")))
 
 
 def _sentinel(item: str, shown: str) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
 from leaseq.backends._sql.runner import Pool, PooledSyncRunner, ThreadedAsyncRunner
+from leaseq.backends._urls import refuse_unknown
 from leaseq.errors import (
     BackendError,
     BackendUnavailable,
@@ -168,6 +169,8 @@ def sqlite_path(url: str) -> str:
 
 
 def create(url: str, settings: Settings, use_async: bool) -> SqlBackend:
+    # The path is all a SQLite URL says: sqlite_path used to drop a query unread.
+    refuse_unknown(url, (), "sqlite://")
     dialect = SqliteDialect(settings.table_prefix)
     runner = SqliteRunner(sqlite_path(url), dialect, settings)
     face: Any = ThreadedAsyncRunner(runner) if use_async else runner

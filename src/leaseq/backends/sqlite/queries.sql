@@ -670,3 +670,75 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < (julianday('now')
 
 -- name: get_flow
 SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
+
+-- name: insert_global_job
+-- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
+-- index (one of every queue) or the (queue, unique_key) one may refuse the row.
+INSERT OR IGNORE INTO {prefix}jobs (queue, kind, payload, priority, max_attempts,
+                                    unique_key, global_key, available_at, created_at,
+                                    lease, headers)
+VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key,
+        COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers)
+RETURNING id;
+
+-- name: find_global
+-- The live job that holds a global key: one enqueued with unique_scope="global" in any
+-- queue, else (the insert was refused by the per-queue index) one of this queue.
+SELECT id FROM (SELECT id, 0 AS o FROM {prefix}jobs WHERE global_key = :unique_key
+                UNION ALL
+                SELECT id, 1 FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key)
+ORDER BY o LIMIT 1;
+
+-- name: recent_global_twin
+-- recent_twin in every queue: along the finished_at index, over the unique_for window only.
+SELECT id FROM {prefix}history
+WHERE finished_at > (julianday('now') - 2440587.5) * 86400.0 - :unique_for
+  AND unique_key = :unique_key
+ORDER BY finished_at DESC, id DESC
+LIMIT 1;
+
+-- name: lock_server
+-- An enqueue into a queue not counted yet while max_queues is set. BEGIN IMMEDIATE already
+-- serialises every writer, so this only reads the cap.
+SELECT max_queues FROM {prefix}server WHERE id = 1;
+
+-- name: add_queue_name
+INSERT OR IGNORE INTO {prefix}queue_names (name) VALUES (:queue);
+
+-- name: set_max_queues
+UPDATE {prefix}server SET max_queues = :max_queues,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0 WHERE id = 1;
+
+-- name: drop_server
+DROP TABLE IF EXISTS {prefix}server;
+
+-- name: drop_queue_names
+DROP TABLE IF EXISTS {prefix}queue_names;
+
+-- name: queue_in_use
+-- A queue not counted yet that holds jobs, history or settings already (made while no cap
+-- was set, or by a client that had not read the cap yet): counted without refusal.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue)
+              OR EXISTS (SELECT 1 FROM {prefix}history WHERE queue = :queue)
+            THEN 1 ELSE 0 END;
+
+-- name: queue_counted
+SELECT 1 FROM {prefix}queue_names WHERE name = :queue;
+
+-- name: count_queues
+SELECT COUNT(*) FROM {prefix}queue_names;
+
+-- name: clear_queue_names
+DELETE FROM {prefix}queue_names;
+
+-- name: fill_queue_names
+-- configure_server(max_queues=N): the queues that count, from what the database holds.
+INSERT INTO {prefix}queue_names (name)
+SELECT queue FROM {prefix}jobs
+UNION SELECT queue FROM {prefix}history
+UNION SELECT name FROM {prefix}queues;
+
+-- name: server_config
+SELECT max_queues, (SELECT COUNT(*) FROM {prefix}queue_names) FROM {prefix}server WHERE id = 1;

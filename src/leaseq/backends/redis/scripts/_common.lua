@@ -16,6 +16,11 @@
 --   {P}:flows              ZSET    every chain and group: score = when it was enqueued (µs),
 --                                  member its id (prune reads the oldest)
 --   {P}:flow:<id>          HASH    one chain or group (fields: complete_step.lua)
+--   {P}:server             HASH    settings of the whole prefix (field max_queues: the most
+--                                  queues {P}:queues may hold; enqueue.lua, allocate.lua)
+--   {P}:global             HASH    unique_key -> id of the last job enqueued with it under
+--                                  unique_scope="global" (held while that job is live:
+--                                  enqueue.lua); not on Redis Cluster
 --   {P:Q}:job:<id>         HASH    one job, live or historical (fields below)
 --   {P:Q}:jobs             ZSET    every job of the queue, live or historical: score id
 --   {P:Q}:ready            ZSET    available jobs known to be due: score -priority,

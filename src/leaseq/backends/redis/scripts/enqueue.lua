@@ -9,27 +9,40 @@
 -- plus the jobs this batch would create in it exceed max_jobs, nothing is written. So the
 -- script decides everything first (pass 1) and writes after (pass 2).
 --
--- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues
--- KEYS[4..] one GROUP of keys per distinct queue of the batch (_common.lua)
--- ARGV: 12 values per job, in batch order:
+-- max_queues (configure_server) is checked here too, for one HGET: a batch that would add
+-- queues to {P}:queues beyond it is refused ({"queues", name, max_queues}), nothing written.
+--
+-- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues   KEYS[4] {P}:server
+-- KEYS[5] {P}:global, only when a job of the batch has unique_scope="global"
+-- KEYS[5 or 6..] one GROUP of keys per distinct queue of the batch (_common.lua)
+-- ARGV: 13 values per job, in batch order:
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
 --   delay (µs from now), run_at (optional, µs since the epoch; wins over delay),
---   lease (optional, seconds), unique_for (optional, µs), headers (optional, JSON text)
+--   lease (optional, seconds), unique_for (optional, µs), headers (optional, JSON text),
+--   global ("1": unique_scope="global", else "0")
+--
+-- Global keys: {P}:global maps a key to the id of the last job enqueued with it under
+-- unique_scope="global". No finishing script touches it: the key is held while that job
+-- is live (its hash says available, running or dead), so it is freed lazily, at no cost to
+-- acks. That job's hash, in its own queue's slot, is read by a name built here (Redis
+-- allows it outside cluster mode; ops.py refuses global keys on a cluster).
 --
 -- CLUSTER FORM (Redis Cluster, where the {P} keys live in another slot): KEYS is one
 -- queue's GROUP alone; ARGV[1] is "1" for a dry run (decide, write nothing, reply {} or
--- the "full" refusal) or "0"; then 13 values per job: the 12 above (group always 1) and
+-- the "full" refusal) or "0"; then 14 values per job: the 13 above (group always 1) and
 -- the job's id, handed out and indexed beforehand by allocate.lua. A job that turns out
 -- a twin leaves its id unused (ops.py removes it from the index again).
 -- Publishes: each queue that got a job due now, once, on P:wake (_common.lua)
 -- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin); or
 -- {"full", group, max_jobs} when a queue would exceed its max_jobs (nothing written)
 
-local cluster = #KEYS % GROUP == 0
-local base = cluster and 1 or 4  -- KEYS index of the first queue GROUP
+local lead = #KEYS % GROUP  -- the {P} keys before the groups: 0 (cluster), 4 or 5
+local cluster = lead == 0
+local global = lead == 5 and KEYS[5]
+local base = lead + 1  -- KEYS index of the first queue GROUP
 local first_arg = cluster and 2 or 1  -- ARGV index of the first job's values
-local N = cluster and 13 or 12
+local N = cluster and 14 or 13
 local now = now_us()
 local created_at = int(now)
 
@@ -54,6 +67,31 @@ local function recent_twin(q, unique_key, window)
   return false
 end
 
+-- The live job that holds a global key, or false (see the header).
+local function global_holder(unique_key)
+  local id = redis.call('HGET', global, unique_key)
+  if not id then return false end
+  local queue = redis.call('HGET', KEYS[2], id)
+  if not queue then return false end
+  local prefix = string.sub(KEYS[1], 2, #KEYS[1] - 5)  -- "{P}:ids" -> P
+  local state = redis.call('HGET', '{' .. prefix .. ':' .. queue .. '}:job:' .. id, 'state')
+  if state == 'available' or state == 'running' or state == 'dead' then return id end
+  return false
+end
+
+-- A global key's last holder, finished less than `window` µs ago, or false.
+local function recent_global(unique_key, window)
+  if not window then return false end
+  local id = redis.call('HGET', global, unique_key)
+  local queue = id and redis.call('HGET', KEYS[2], id)
+  if not queue then return false end
+  local prefix = string.sub(KEYS[1], 2, #KEYS[1] - 5)
+  local finished_at = redis.call('HGET', '{' .. prefix .. ':' .. queue .. '}:job:' .. id,
+                                 'finished_at')
+  if finished_at and tonumber(finished_at) > now - tonumber(window) then return id end
+  return false
+end
+
 -- Pass 1: decide, writing nothing. For the job whose values start at ARGV[i], twin[i] is
 -- the id of an existing twin, same[i] the number (1-based) of an earlier job of this batch
 -- that it duplicates.
@@ -62,18 +100,42 @@ for i = first_arg, #ARGV, N do
   local g, unique_key = ARGV[i], opt(ARGV[i + 6])
   if unique_key then
     local q = group(g)
-    local mine = g .. ':' .. unique_key  -- group digits never hold ':'
+    local shared = global and ARGV[i + 12] == '1'
+    -- group digits never hold ':'; 'G' stands for every queue
+    local mine = (shared and 'G' or g) .. ':' .. unique_key
     local live = redis.call('HGET', q.unique, unique_key)
+      or (shared and global_holder(unique_key))
     if live then
       twin[i] = live
     elseif first_of[mine] then
       same[i] = first_of[mine]
+    elseif shared then
+      twin[i] = recent_global(unique_key, opt(ARGV[i + 10])) or nil
+      if not twin[i] then first_of[mine] = (i - first_arg) / N + 1 end
     else
       twin[i] = recent_twin(q, unique_key, opt(ARGV[i + 10])) or nil
       if not twin[i] then first_of[mine] = (i - first_arg) / N + 1 end
     end
   end
   if not twin[i] and not same[i] then creates[g] = (creates[g] or 0) + 1 end
+end
+
+if not cluster then  -- on a cluster, allocate.lua checks max_queues
+  local cap = redis.call('HGET', KEYS[4], 'max_queues')
+  if cap then
+    local new, seen = {}, {}
+    for i = first_arg, #ARGV, N do
+      local queue = ARGV[i + 1]
+      if not seen[queue] then
+        seen[queue] = true
+        if redis.call('SISMEMBER', KEYS[3], queue) == 0 then new[#new + 1] = queue end
+      end
+    end
+    local known = redis.call('SCARD', KEYS[3])
+    if #new > 0 and known + #new > tonumber(cap) then
+      return {'queues', new[1], cap, known + 1}
+    end
+  end
 end
 
 for g, count in pairs(creates) do
@@ -102,7 +164,7 @@ for i = first_arg, #ARGV, N do
     local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
     local priority, unique_key = ARGV[i + 4], opt(ARGV[i + 6])
     local run_at, lease, headers = opt(ARGV[i + 8]), opt(ARGV[i + 9]), opt(ARGV[i + 11])
-    local id = cluster and ARGV[i + 12] or int(redis.call('INCR', KEYS[1]))
+    local id = cluster and ARGV[i + 13] or int(redis.call('INCR', KEYS[1]))
     local at = run_at or int(now + tonumber(ARGV[i + 7]))
     local key = q.job .. id
     local set = {'id', id, 'queue', queue, 'payload', payload, 'priority', priority,
@@ -114,6 +176,7 @@ for i = first_arg, #ARGV, N do
     if unique_key then
       set[#set + 1] = 'unique_key'; set[#set + 1] = unique_key
       redis.call('HSET', q.unique, unique_key, id)
+      if global and ARGV[i + 12] == '1' then redis.call('HSET', global, unique_key, id) end
     end
     hset(key, set)
     redis.call('ZADD', q.jobs, id, id)
