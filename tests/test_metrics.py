@@ -354,9 +354,14 @@ def test_worker_outcomes_and_histograms_on_every_backend(
             wait_for(lambda: state(local, unknown, "dead"), message="unknown task dead")
             wait_for(lambda: state(local, lg, "running"), message="long running")
             q.cancel(lg)
-            wait_for(lambda: state(local, lg, "cancelled"), message="long cancelled")
-            wait_for(lambda: stopped, message="touchy told its lease is lost")
-            held = scrape(registry)
+            wait_for(lambda: state(local, lg, "cancelled"), timeout=30,
+                     message="long cancelled")
+            wait_for(lambda: stopped, timeout=30, message="touchy told its lease is lost")
+            # The cancelled job leaves the worker's count when its handler has stopped,
+            # a moment after the row says cancelled.
+            held = wait_for(lambda: (s := scrape(registry)) and value(
+                s, "leaseq_worker_inflight", queue="w") == 0 and s,
+                timeout=30, message="nothing of queue w in flight")
             endless = endless_task.enqueue().id
             wait_for(lambda: state(local, endless, "running"), message="endless running")
             wait_for(lambda: value(scrape(registry), "leaseq_worker_inflight", queue="w") == 1,

@@ -92,7 +92,13 @@ def test_async_wait_cancelled_claims_nothing(q, url, prefix):
     async def main() -> None:
         async with leaseq.connect_async(url, table_prefix=prefix) as aq:
             waiting = asyncio.ensure_future(aq.dequeue("b", wait=30))
+            # Cancel between two polls, not mid-claim (see _waiting_for_wake_up): on a
+            # busy machine 0.2 s can still find a cluster client in its first claim.
+            deadline = time.monotonic() + 10
             await asyncio.sleep(0.2)
+            while not _waiting_for_wake_up(waiting):
+                assert time.monotonic() < deadline, "the wait never waited for a wake-up"
+                await asyncio.sleep(0.001)
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
