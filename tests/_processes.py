@@ -38,11 +38,18 @@ class WorkerFleet:
     with the event log their handlers write (``events``) and each one's output."""
 
     def __init__(self, backend: str, tmp: Path) -> None:
-        from tests.helpers import MYSQL_URL, POSTGRES_URL, REDIS_URL, new_prefix
+        from tests.helpers import (
+            MYSQL_URL,
+            POSTGRES_URL,
+            REDIS_CLUSTER_URL,
+            REDIS_URL,
+            new_prefix,
+        )
 
         self.backend = backend
         self.url = {"sqlite": f"sqlite:///{tmp}/fleet.db", "postgres": POSTGRES_URL,
-                    "mysql": MYSQL_URL, "redis": REDIS_URL}[backend]
+                    "mysql": MYSQL_URL, "redis": REDIS_URL,
+                    "redis_cluster": REDIS_CLUSTER_URL}[backend]
         self.prefix = new_prefix()
         self.tmp = tmp
         self.log = tmp / "events.jsonl"

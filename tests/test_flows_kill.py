@@ -11,21 +11,29 @@ follow-up would leave a step missing, a duplicated one a step twice); the chain'
 result is 1,000; each callback exists once, ran, and got its members' results in member
 order; a job's runs each had a lease of their own.
 
-Also here: Redis Cluster refuses flows with a clear error.
+On Redis Cluster a step's ack is three calls (docs/design.md §NN-cluster-flows); the
+cluster tests here stop a client between them and check that reclaim, racing processes
+and repeated acks finish what it left exactly once.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
+import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import leaseq
+from leaseq._core.flow import link as flow_link
+from leaseq.backends.redis import ops as redis_ops
 from tests._flows_app import make_app
 from tests._processes import WorkerFleet
 from tests.conftest import require
@@ -44,7 +52,7 @@ def every_job(q: leaseq.Queue, kind: str) -> list[leaseq.JobInfo]:
     return found
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis_cluster"])
 def test_every_step_runs_and_is_recorded_once_while_workers_are_killed(
     backend: str, tmp_path: Path
 ) -> None:
@@ -153,16 +161,125 @@ def test_groups_completed_by_worker_processes_enqueue_each_callback_once(
         fleet.close()
 
 
-def test_redis_cluster_refuses_flows_with_a_clear_error() -> None:
+def crash_during_ack(q: leaseq.Queue, job: leaseq.Job, result: str, calls: int) -> None:
+    """Acks flow step ``job`` on Redis Cluster as a client that dies after the first
+    ``calls`` server calls of ``complete_step_sliced`` (the rest never run)."""
+    backend: Any = q._backend
+    found = flow_link(job.headers)
+    assert found is not None
+    plan = backend.ops.complete_step_sliced(job.id, job.lease_token, result, found)
+    call = next(plan)
+    for _ in range(calls - 1):
+        call = plan.send(backend.runner.execute(call))
+    backend.runner.execute(call)
+    plan.close()
+
+
+@pytest.fixture
+def cluster_app() -> Iterator[leaseq.App]:
+    """The flows app on the Redis Cluster, under a fresh prefix (``app.prefix``)."""
     require("redis_cluster")
     prefix = new_prefix()
     app = make_app(REDIS_CLUSTER_URL, prefix)
+    app.prefix = prefix  # type: ignore[attr-defined]
     try:
-        with pytest.raises(leaseq.ConfigurationError, match="Redis Cluster"):
-            leaseq.chain(app.tasks["step"].s(0), app.tasks["step"].s()).enqueue()
-        with pytest.raises(leaseq.ConfigurationError, match="Redis Cluster"):
-            leaseq.group(app.tasks["member"].s(0, 0)).enqueue()
-        assert app.queue.jobs(limit=10) == []  # refused before anything was written
+        yield app
     finally:
         app.close()
         drop_tables("redis_cluster", prefix)
+
+
+@pytest.mark.parametrize("calls", [1, 2], ids=["after-completion", "after-flow-step"])
+def test_a_cluster_handoff_a_crash_left_is_finished_once_by_reclaim(
+    cluster_app: leaseq.App, calls: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Redis Cluster a step's completion, the flow's update and the next step's enqueue
+    are three calls (three slots). A client killed after the first or the second leaves a
+    handoff: the step is completed, its follow-up not written. A waiter waits it out;
+    reclaim finishes it, once however often it runs, and so does a repeated ack."""
+    q, step = cluster_app.queue, cluster_app.tasks["step"]
+    flow = leaseq.chain(step.s(0), step.options(queue="other").s(), step.s()).enqueue()
+    [job] = q.dequeue("flows", worker_id="w", lease=60)
+    crash_during_ack(q, job, "1", calls)
+    assert q.get(job.id).state == "completed"
+    assert q.jobs(queue="other", limit=10) == []
+    state = flow.state()
+    assert state.remaining == (3 if calls == 1 else 2)
+    if calls == 2:  # the flow names the next step; its id is handed out, no job yet
+        with pytest.raises(leaseq.JobNotFound):
+            q.get(state.job_id)  # type: ignore[arg-type]
+
+    waited: list[Any] = []
+    waiter = threading.Thread(target=lambda: waited.append(flow.wait(timeout=60)))
+    waiter.start()
+    q.reclaim()  # the handoff is younger than HANDOFF_AGE: still the acking client's
+    assert q.jobs(queue="other", limit=10) == []
+    monkeypatch.setattr(redis_ops, "HANDOFF_AGE", 0.0)
+    for _ in range(3):
+        q.reclaim()
+        assert q.ack_many([(job, 1)]) == [True]  # a repeated ack of the same lease
+    [follow] = q.jobs(queue="other", limit=10)
+    assert (follow.payload, follow.state) == ({"n": 1}, "available")
+    assert flow.state().remaining == 2 and flow.state().job_id == follow.id
+    for queue in ("other", "flows"):
+        [job] = q.dequeue(queue, worker_id="w")
+        q.ack(job, job.payload["n"] + 1)
+    waiter.join(60)
+    assert waited == [3]
+    assert len(q.jobs(limit=10)) == 3 and flow.state().remaining == 0
+
+
+HANDOFF_RACE = """
+import sys, leaseq
+from leaseq.backends.redis import ops
+ops.HANDOFF_AGE = 0.0
+q = leaseq.connect(sys.argv[1], table_prefix=sys.argv[2], reclaim_interval=None)
+print(sys.stdin.readline())  # everyone starts together
+for _ in range(5):
+    q.reclaim()
+q.close()
+"""
+
+
+def test_cluster_handoffs_finished_by_racing_processes_enqueue_each_follow_up_once(
+    cluster_app: leaseq.App,
+) -> None:
+    """Forty chain steps and ten group members, completed by clients that died before
+    their handoffs finished (half after the flow's update); four processes then reclaim
+    at the same moment, five times each, while this one repeats every ack: each chain
+    gets exactly one next step, each group exactly one callback with every result."""
+    q, step = cluster_app.queue, cluster_app.tasks["step"]
+    member, gather = cluster_app.tasks["member"], cluster_app.tasks["gather"]
+    chains = [leaseq.chain(step.s(10 * n), step.options(queue="other").s())
+              .enqueue() for n in range(40)]
+    group = leaseq.group(*(member.s(0, i) for i in range(10))).then(gather.s(g=0)).enqueue()
+    jobs = q.dequeue("flows", worker_id="w", limit=50, lease=60)
+    assert len(jobs) == 50
+    for n, job in enumerate(jobs):
+        crash_during_ack(q, job, json.dumps(run_step(job)), 1 + n % 2)
+    procs = [subprocess.Popen([sys.executable, "-c", HANDOFF_RACE, REDIS_CLUSTER_URL,
+                               cluster_app.prefix],  # type: ignore[attr-defined]
+                              stdin=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for _ in range(3):
+        assert q.ack_many([(job, run_step(job)) for job in jobs]) == [True] * 50
+    for proc in procs:
+        assert proc.wait(60) == 0
+        proc.stdin.close()  # type: ignore[union-attr]
+    nexts = every_job(q, "step")[40:]
+    assert sorted(j.payload["n"] for j in nexts) == [10 * n + 1 for n in range(40)]
+    assert {c.state().job_id for c in chains} == {j.id for j in nexts}
+    [callback] = every_job(q, "gather")
+    assert callback.payload["results"] == [[0, i] for i in range(10)]
+    assert group.state().job_id == callback.id
+    assert q.stats()["other"].available == 40
+
+
+def run_step(job: leaseq.Job) -> Any:
+    """What the handler of a step or member returns, without logging it."""
+    if job.kind == "step":
+        return job.payload["n"] + 1
+    return [job.payload["g"], job.payload["i"]]

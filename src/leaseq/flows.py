@@ -18,6 +18,7 @@ and runs again after its lease expires; once it commits, the follow-up exists to
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -212,13 +213,21 @@ class FlowResult:
             results = [q.wait(job_id, clock.left()) for job_id in self.job_ids]
             if not self._then:
                 return self._decoded(results)
+        waited, lag = None, _Lag(self.flow_id, clock)
         while True:
             # The completion of the job waited for enqueued the next one in its own
-            # transaction, so the flow names it by now.
-            job_id, last = self._next(self.state())
-            result = q.wait(job_id, clock.left())
+            # transaction, so the flow names it by now; on Redis Cluster a moment later
+            # (docs/workflows.md), which the JobNotFound of a follow-up not yet recorded
+            # or written waits out.
+            try:
+                job_id, last = self._next(self.state(), waited)
+                result = q.wait(job_id, clock.left())
+            except JobNotFound as exc:
+                time.sleep(lag.pause(exc))
+                continue
             if last:
                 return self._decoders[-1](result)
+            waited = job_id
 
     async def wait_async(self, timeout: float | None = None) -> Any:
         """``wait`` for asyncio code (``AsyncQueue.wait``)."""
@@ -228,11 +237,17 @@ class FlowResult:
             results = [await aq.wait(job_id, clock.left()) for job_id in self.job_ids]
             if not self._then:
                 return self._decoded(results)
+        waited, lag = None, _Lag(self.flow_id, clock)
         while True:
-            job_id, last = self._next(await self.state_async())
-            result = await aq.wait(job_id, clock.left())
+            try:
+                job_id, last = self._next(await self.state_async(), waited)
+                result = await aq.wait(job_id, clock.left())
+            except JobNotFound as exc:
+                await asyncio.sleep(lag.pause(exc))
+                continue
             if last:
                 return self._decoders[-1](result)
+            waited = job_id
 
     def _decoded(self, results: list[Any]) -> list[Any]:
         return [decode(r) for decode, r in zip(self._decoders, results, strict=True)]
@@ -242,15 +257,44 @@ class FlowResult:
             raise JobNotFound(f"no flow with id {self.flow_id}")
         return state
 
-    def _next(self, state: FlowState) -> tuple[int, bool]:
-        """The job to wait for next, and whether it is the flow's last."""
+    def _next(self, state: FlowState, waited: int | None) -> tuple[int, bool]:
+        """The job to wait for next, and whether it is the flow's last; ``waited`` is
+        the chain step whose wait returned last."""
         if self.kind == "chain":
             job_id = state.job_id if state.job_id is not None else self.job_ids[0]
+            if job_id == waited:
+                raise JobNotFound(f"flow {self.flow_id}: step {state.step} completed, yet "
+                                  "no next step is recorded")
             return job_id, state.step == self.size - 1
         if state.job_id is None:
             raise JobNotFound(f"flow {self.flow_id}: every member completed, yet no "
                               "callback is recorded")
         return state.job_id, True
+
+
+class _Lag:
+    """How long ``FlowResult.wait`` waits out a follow-up that is not recorded or written
+    yet: on Redis Cluster a step's completion and its follow-up are separate calls, and
+    reclaim finishes them after a crash (docs/design.md §NN-cluster-flows). Elsewhere it
+    never happens, and the ``JobNotFound`` is raised after ``LIMIT`` seconds."""
+
+    LIMIT = 30.0
+
+    def __init__(self, flow_id: str, clock: _Deadline) -> None:
+        self.flow_id, self.clock = flow_id, clock
+        self.end = time.monotonic() + self.LIMIT
+        self.step = 0.005
+
+    def pause(self, missing: JobNotFound) -> float:
+        """The next pause, backing off to 0.25 s; raises ``missing`` once ``LIMIT``
+        passed, ``TimeoutError`` once the wait's timeout did."""
+        left = self.clock.left()
+        if left is not None and left <= 0:
+            raise TimeoutError(f"flow {self.flow_id} did not finish in time")
+        if time.monotonic() >= self.end:
+            raise missing
+        self.step = min(self.step * 2, 0.25)
+        return self.step if left is None else min(self.step, left)
 
 
 class _Deadline:

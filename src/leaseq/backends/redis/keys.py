@@ -89,6 +89,12 @@ class Keys:
             raise InvalidArgument(f"invalid flow id {flow_id!r}")
         return f"{{{self.prefix}}}:flow:{flow_id}"
 
+    def handoff(self, queue: str) -> str:
+        """Redis Cluster only: the HASH of queue ``queue``'s completed flow steps whose
+        follow-up is not yet known to be enqueued (``complete_handoff.lua``); in the
+        queue's slot, beside the jobs it names, outside the queue's key GROUP."""
+        return self.queue(queue)[0][: -len("job:")] + "handoff"
+
     def pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every key under this prefix, and no other prefix's
         (the character after the prefix is always ``}`` or ``:``)."""

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
-from leaseq._core.flow import FlowLink, FlowState
+from leaseq._core.flow import HEADER, FlowLink, FlowState, header
+from leaseq._core.flow import link as flow_link
 from leaseq._core.job import (
     QUEUE_SETTINGS,
     EnqueueResult,
@@ -41,7 +42,7 @@ from leaseq._core.job import (
     error_detail,
 )
 from leaseq._core.validate import decode
-from leaseq.backends._flows import encode_step
+from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends.base import (
     FailItem,
     NewFlow,
@@ -71,6 +72,9 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_VERSION = (6, 2)
 ROUND = 1000  # most jobs one kick, reclaim or prune script handles: keeps each one short
 CHUNK = 256  # most queues one stats, reclaim or prune script reads
+# A flow step's handoff older than this is taken for left behind by a crash, and reclaim
+# finishes it (RedisOps.finish_handoffs); younger ones are the acking client's.
+HANDOFF_AGE = 2.0
 INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches", "concurrency_limit",
                           "rate_burst"})  # the rest: floats
 
@@ -539,16 +543,6 @@ class RedisOps:
 
     # -- chains and groups (docs/workflows.md) -------------------------------------------
 
-    def no_flows_on_cluster(self) -> None:
-        """Chains and groups need one script over the job's queue, the ``{P}`` keys, the
-        flow and the next queue: slots apart on a cluster, so they are refused there."""
-        if self.cluster:
-            raise ConfigurationError(
-                "chains and groups need a single Redis server (or SQLite, PostgreSQL or "
-                "MySQL): on Redis Cluster a step's completion and the next step's enqueue "
-                "touch keys of different slots, which one script cannot do atomically"
-            )
-
     def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], conn: Any = None
     ) -> Plan[list[EnqueueResult]]:
@@ -556,7 +550,6 @@ class RedisOps:
         flow no job names, which nothing reads. A chain's hash then names its first step
         unless that step completed already (HSETNX: its completion wrote the next)."""
         refuse_connection(conn)
-        self.no_flows_on_cluster()
         key = self.k.flow(flow.flow_id)
         values: list[str | int] = ["kind", flow.kind, "size", flow.size,
                                    "remaining", flow.size, "step", 0]
@@ -583,8 +576,10 @@ class RedisOps:
     def complete_step(
         self, job_id: int, token: int, result: str | None, link: FlowLink
     ) -> Plan[bool]:
-        """One script (``complete_step.lua``) completes the job and enqueues what follows."""
-        self.no_flows_on_cluster()
+        """One script (``complete_step.lua``) completes the job and enqueues what follows;
+        on a cluster, three (``complete_step_sliced``)."""
+        if self.cluster:
+            return (yield from self.complete_step_sliced(job_id, token, result, link))
         tail = [self.k.ids, self.k.index, self.k.queues, self.k.flow(link.flow_id)]
         if link.queue is not None:
             tail += self.k.queue(link.queue)
@@ -598,6 +593,80 @@ class RedisOps:
             raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not "
                                "stored or already complete; nothing was changed")
         return bool(reply == "ok")
+
+    def complete_step_sliced(
+        self, job_id: int, token: int, result: str | None, link: FlowLink
+    ) -> Plan[bool]:
+        """A flow step's ack on Redis Cluster, where the job's queue, the flow (``{P}``)
+        and the next job's queue lie in different slots (docs/design.md
+        §NN-cluster-flows): ``complete_handoff.lua`` completes the job and records a
+        handoff in its queue's slot, atomically; ``hand_off`` then applies it to the flow
+        and writes what follows, each call idempotent, so a crash anywhere after the first
+        leaves a handoff that a repeated ack or ``reclaim`` finishes exactly once."""
+        where: list[str] = []
+
+        def call(run: list[tuple[int, str]]) -> Call:
+            where.append(run[0][1])
+            keys = [*self.k.with_job(run[0][1], job_id), self.k.handoff(run[0][1])]
+            return Call("complete_handoff", keys, (token, opt(result), header(link)))
+
+        [reply] = yield from self.on_jobs([job_id], call, single=True)
+        if not isinstance(reply, list):
+            return False  # lost or missing: nothing changed
+        if reply[0] == "again":  # a repeated ack: finish the handoff with what it stored
+            result = reply[1][1:] if reply[1] else None
+        if not (yield from self.hand_off(where[-1], job_id, result, link)) and reply[0] == "ok":
+            raise BackendError(f"job {job_id} names flow {link.flow_id}, which is not "
+                               "stored or already complete; the job was completed, "
+                               "nothing followed it")
+        return True
+
+    def hand_off(self, queue: str, job_id: int, result: str | None, link: FlowLink
+                 ) -> Plan[bool]:
+        """Finishes the handoff of flow step ``job_id`` (of ``queue``), completed with
+        ``result``: ``flow_step.lua`` applies it to the flow and hands out the next job's
+        id, ``enqueue_step.lua`` writes that job under that id unless it exists, and the
+        handoff ends (in the same script when the next job shares the queue). False when
+        the flow is not stored: the handoff ends, nothing else happens."""
+        reply = yield Call("flow_step", (self.k.ids, self.k.index, self.k.queues,
+                                         self.k.flow(link.flow_id)),
+                           (link.kind, link.index, opt(result)))
+        handoff = self.k.handoff(queue)
+        if reply and reply != "noflow":
+            next_id, spec, value = reply
+            job = decode_step(spec, value)
+            same = job.queue == queue
+            keys = [*self.k.queue(job.queue), *([handoff] if same else [])]
+            yield Call("enqueue_step", keys, (
+                next_id, job.queue, opt(job.kind), job.payload, job.priority,
+                job.max_attempts, us(job.delay), opt(job.lease), opt(job.headers), job_id))
+            self.located.put(int(next_id), job.queue)
+            if same:
+                return True
+        yield Call("HDEL", args=(handoff, job_id), command=True)
+        return bool(reply != "noflow")
+
+    def finish_handoffs(self, queue: str) -> Plan[None]:
+        """Redis Cluster: finishes the handoffs of ``queue`` recorded more than
+        ``HANDOFF_AGE`` ago, which a crash between a flow step's calls left behind
+        (``complete_step_sliced``). Run by ``reclaim``; the acking client normally
+        finishes each handoff itself, and a race with it is harmless (each call is
+        idempotent)."""
+        while True:
+            flat = yield Call("handoffs", (self.k.handoff(queue),), (us(HANDOFF_AGE), ROUND))
+            for i in range(0, len(flat), 3):
+                job_id, text, result = int(flat[i]), flat[i + 1], flat[i + 2]
+                try:
+                    found = flow_link({HEADER: text})
+                except BackendError:
+                    found = None
+                if found is None:
+                    yield Call("HDEL", args=(self.k.handoff(queue), job_id), command=True)
+                elif not (yield from self.hand_off(queue, job_id, result[1:] or None, found)):
+                    log.warning("job %s of queue %r names flow %s, which is not stored; "
+                                "nothing followed it", job_id, queue, found.flow_id)
+            if len(flat) < 3 * ROUND:
+                return
 
     def server_us(self) -> Plan[int]:
         """The server's clock in µs (TIME), as scripts read it."""
@@ -615,14 +684,27 @@ class RedisOps:
                                                     kept, ROUND), command=True)
             for flow_id in ids:
                 key = self.k.flow(flow_id)
-                remaining = yield Call("HGET", args=(key, "remaining"), command=True)
-                if remaining is None or int(remaining) == 0:
+                remaining, then, job_id = yield Call(
+                    "HMGET", args=(key, "remaining", "then", "job_id"), command=True)
+                if (self.cluster and then is not None and job_id is not None
+                        and (yield from self.written_later(int(job_id)))):
+                    kept += 1  # its callback's handoff is not finished: it needs the flow
+                elif remaining is None or int(remaining) == 0:
                     yield Call("UNLINK", args=(key,), command=True)
                     yield Call("ZREM", args=(self.k.flows, flow_id), command=True)
                 else:
                     kept += 1
             if len(ids) < ROUND:
                 return
+
+    def written_later(self, job_id: int) -> Plan[bool]:
+        """Redis Cluster: True while id ``job_id`` is handed out (indexed) but its job not
+        written yet (``hand_off``). Prune deletes a job before its index entry, so a
+        pruned job reads as written."""
+        queue = yield Call("HGET", args=(self.k.index, job_id), command=True)
+        if queue is None:
+            return False
+        return not (yield Call("EXISTS", args=(self.k.job(queue, job_id),), command=True))
 
     def get_flow(self, flow_id: str) -> Plan[FlowState | None]:
         kind, size, remaining, step, job = yield Call(
@@ -868,7 +950,9 @@ class RedisOps:
         """Up to ``limit`` expired leases and up to ``limit`` dead jobs past their queue's
         ``dead_retention``, in rounds of at most ``ROUND`` of each."""
         reclaimed = discarded = 0
-        for _, keys in (yield from self.queue_groups()):
+        for names, keys in (yield from self.queue_groups()):
+            if self.cluster:  # one queue per chunk there
+                yield from self.finish_handoffs(names[0])
             while reclaimed < limit or discarded < limit:
                 want = min(ROUND, limit - reclaimed), min(ROUND, limit - discarded)
                 got = yield Call("reclaim", keys, want)

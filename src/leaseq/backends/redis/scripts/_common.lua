@@ -47,6 +47,10 @@
 --                                  it (enqueue's unique_for window); pruned with history
 --   {P:Q}:buried           ZSET    dead jobs again: score = when they went dead (µs),
 --                                  member id (reclaim's dead_retention reads the oldest)
+--   {P:Q}:handoff          HASH    Redis Cluster only, outside the GROUP: job id -> "<µs>
+--                                  <leaseq-flow header> <optional result>" of each completed
+--                                  flow step whose follow-up is not known to be enqueued
+--                                  yet (complete_handoff.lua; docs/design.md §NN-cluster-flows)
 --
 -- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
 -- keys share another (docs/redis.md says what that means for Cluster). On a cluster a

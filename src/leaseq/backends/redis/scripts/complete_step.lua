@@ -14,8 +14,9 @@
 -- priority, max_attempts, delay (seconds), kind?, lease?, headers?; the payload is
 -- head .. value .. rest, spliced as text, so no JSON is re-encoded here.
 --
--- Not on Redis Cluster: the job's queue, the {P} keys, the flow and the next queue lie
--- in different slots (ops.py refuses).
+-- Not on Redis Cluster, where the job's queue, the {P} keys, the flow and the next queue
+-- lie in different slots: there complete_handoff.lua, flow_step.lua and enqueue_step.lua
+-- do this in three calls (docs/design.md §NN-cluster-flows).
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP
 -- then {P}:ids, {P}:index, {P}:queues, {P}:flow:<id>, and the GROUP of the queue of the
