@@ -197,7 +197,8 @@ def test_a_write_returns_once_the_replica_has_it(pair: dict[str, Any]) -> None:
     prefix = new_prefix()
     keys = Keys(prefix)
     replica = pair["replica"]
-    with leaseq.Queue(waited(pair["url"]), opts(prefix)) as q:
+    # A healthy replica answers in a millisecond; 5 s only spares a busy machine's stalls.
+    with leaseq.Queue(waited(pair["url"], timeout=5000), opts(prefix)) as q:
         for n in range(20):
             job_id = q.enqueue("w", n).id
             # Read on the replica at once: WAIT returned, so it has the job.

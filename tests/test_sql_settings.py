@@ -246,10 +246,10 @@ READS: list[tuple[str, dict[str, Any]]] = [
 INDEXES = {
     "postgres": {"live_count": {"jobs_claim", "jobs_dead", "jobs_lease"},
                  "peek_available": {"jobs_claim"}, "peek_scheduled": {"jobs_claim"},
-                 "peek_dead": {"jobs_dead"}, "recent_twin": {"history_unique"}},
+                 "peek_dead": {"jobs_kick"}, "recent_twin": {"history_unique"}},
     "sqlite": {"live_count": {"jobs_claim", "jobs_dead", "jobs_lease"},
                "peek_available": {"jobs_claim"}, "peek_scheduled": {"jobs_claim"},
-               "peek_dead": {"jobs_dead"}, "recent_twin": {"history_unique"}},
+               "peek_dead": {"jobs_kick"}, "recent_twin": {"history_unique"}},
     "mysql": {"live_count": {"jobs_claim"}, "peek_available": {"jobs_claim"},
               "peek_scheduled": {"jobs_claim"}, "peek_dead": {"jobs_claim"},
               "recent_twin": {"history_unique"}},
@@ -260,9 +260,16 @@ def test_the_new_reads_use_their_indexes(loaded: tuple[str, str, str]) -> None:
     """No new read scans a table, and each walks the index meant for it (so a count or a
     peek of one queue never reads another queue's rows)."""
     backend, url, prefix = loaded
+    # Either index of dead jobs serves a count of them: jobs_dead, or jobs_kick (kick
+    # order, issue 24), whichever the planner finds cheaper.
+    dead = {f"{prefix}jobs_dead", f"{prefix}jobs_kick"}
     for name, params in READS:
         used = indexes_used(backend, url, prefix, name, params)
-        assert used == {f"{prefix}{i}" for i in INDEXES[backend][name]}, (name, used)
+        wanted = {f"{prefix}{i}" for i in INDEXES[backend][name]}
+        if name == "live_count" and wanted & dead:
+            assert len(used & dead) == 1 and used - dead == wanted - dead, (name, used)
+        else:
+            assert used == wanted, (name, used)
 
 
 def indexes_used(backend: str, url: str, prefix: str, name: str,

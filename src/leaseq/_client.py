@@ -40,6 +40,7 @@ from leaseq.backends import create_backend
 from leaseq.backends.base import AsyncBackend, Backend, NewFlow, NewJob
 from leaseq.errors import (
     BackendError,
+    ClientClosed,
     InvalidArgument,
     JobCancelled,
     LeaseLost,
@@ -216,11 +217,26 @@ class Queue(Shared):
             # claim that follows reports its own replication (wait_replicas).
             with contextlib.suppress(NotReplicated):
                 self._backend.reclaim(1000)
-        self._fresh_configs()  # which queues have limits
-        jobs = self._backend.claim(names, worker, lease_s, n, self.settings.lease, self._limited)
+        jobs = self._claim_unless_closed(names, worker, lease_s, n)
         if jobs or wait_s <= 0:
             return jobs
         return self._wait_for_jobs(names, worker, lease_s, n, time.monotonic() + wait_s)
+
+    def _claim_unless_closed(
+        self, names: list[str], worker: str, lease: float | None, n: int
+    ) -> list[Job]:
+        try:
+            self._fresh_configs()  # which queues have limits
+            return self._backend.claim(names, worker, lease, n, self.settings.lease,
+                                       self._limited)
+        except Exception as exc:
+            # close() from another thread shut the pool under this claim: the driver's
+            # error (redis-py: a TypeError on the closed socket) means only that.
+            if self._closed and not isinstance(exc, ClientClosed):
+                raise ClientClosed(
+                    f"this leaseq client ({self.backend}) was closed during the call"
+                ) from exc
+            raise
 
     def _wait_for_jobs(
         self, names: list[str], worker: str, lease: float | None, n: int, deadline: float
@@ -244,9 +260,7 @@ class Queue(Shared):
             while (left := deadline - time.monotonic()) > 0:
                 woken.wait(min(pause, left))
                 woken.clear()
-                self._fresh_configs()
-                jobs = self._backend.claim(names, worker, lease, n, self.settings.lease,
-                                           self._limited)
+                jobs = self._claim_unless_closed(names, worker, lease, n)
                 if jobs:
                     return jobs
                 pause = min(pause * 2, POLL_CAP)
