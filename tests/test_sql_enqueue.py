@@ -384,10 +384,25 @@ def test_concurrent_producers_keep_the_cap_and_the_key(q: leaseq.Queue, backend:
     assert len(ids) == 1 and q.stats()["keyed"].available == 1
 
 
-def test_max_queues(q: leaseq.Queue, sql: SqlCaller) -> None:
+def test_max_queues(q: leaseq.Queue, sql: SqlCaller, backend: str, prefix: str) -> None:
     """The server's max_queues holds for the routine as for the client: a new queue past
-    it is refused with nothing written; counted and existing queues take jobs."""
+    it is refused with nothing written; counted and existing queues take jobs, without
+    waiting for the server row's lock."""
     q.enqueue("a")
+    q.configure_server(max_queues=3)
+    holder = SqlCaller(backend, prefix)
+    try:
+        holder.execute("SELECT max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE")
+        short = ("SET LOCAL lock_timeout = '300ms'" if sql.pg
+                 else "SET SESSION innodb_lock_wait_timeout = 1")
+        sql.execute(short)
+        sql.enqueue("a", {"n": 0})  # counted: no lock wanted, so no wait
+        sql.execute(short)
+        with pytest.raises(Exception, match=r"(?i)lock"):
+            sql.enqueue("new", {"n": 0})  # not counted: waits for the row, times out
+    finally:
+        holder.conn.rollback()
+        holder.close()
     q.configure_server(max_queues=2)
     sql.enqueue("b", {"n": 1})  # a new queue within the cap: counted
     assert q.server_config() == leaseq.ServerConfig(max_queues=2, queues=2)
@@ -402,7 +417,7 @@ def test_max_queues(q: leaseq.Queue, sql: SqlCaller) -> None:
         q.enqueue("c")
     sql.enqueue("a", {"n": 2})
     sql.enqueue("b", {"n": 2})
-    assert q.stats()["a"].available == 2 and q.stats()["b"].available == 2
+    assert q.stats()["a"].available == 3 and q.stats()["b"].available == 2
     # A queue that exists but was not counted (settings made with no cap) is admitted.
     q.configure_server(max_queues=None)
     q.configure_queue("e", max_attempts=3)

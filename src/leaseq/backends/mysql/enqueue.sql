@@ -110,10 +110,10 @@ proc: BEGIN
     FROM {prefix}server WHERE id = 1;
     IF v_max_queues IS NOT NULL AND v_counted IS NULL THEN
         SELECT max_queues INTO v_max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE;
-        SET v_counted = NULL;
-        SELECT 1 INTO v_counted FROM {prefix}queue_names WHERE name = v_queue
+        -- COUNT: a row always, so no NOT FOUND condition reaches a caller's handler.
+        SELECT COUNT(*) INTO v_counted FROM {prefix}queue_names WHERE name = v_queue
         LOCK IN SHARE MODE;
-        IF v_max_queues IS NOT NULL AND v_counted IS NULL THEN
+        IF v_max_queues IS NOT NULL AND v_counted = 0 THEN
             -- A queue holding jobs, history or settings exists: counted without refusal.
             SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = v_queue)
                           OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = v_queue)
