@@ -333,3 +333,31 @@ def race_new_queues(
         q.close()
 
     _report_errors(f"queues-{index}", results, body)
+
+
+def race_new_flow_queues(
+    url: str, prefix: str, index: int, rounds: int, barrier: Sync, results: Sync,
+) -> None:
+    """``race_new_queues`` with chains: each round, a chain whose first step goes to the
+    counted queue "first" and whose later step names a queue of its own not used before;
+    reports ``("flows", index, queues_counted, refused)``."""
+
+    def body() -> None:
+        app = leaseq.App(url, table_prefix=prefix, reclaim_interval=None, pool_size=1)
+
+        @app.task(queue="first", name="step")
+        def step(x: int = 0) -> int:
+            return x
+
+        app.queue.stats()
+        for n in range(rounds):
+            barrier.wait(timeout=60)
+            name = f"f{index}-{n}"
+            try:
+                leaseq.chain(step.s(1), step.options(queue=name).s()).enqueue()
+                results.put(("flows", index, [name], False))
+            except leaseq.TooManyQueues:
+                results.put(("flows", index, [], True))
+        app.close()
+
+    _report_errors(f"flows-{index}", results, body)

@@ -382,3 +382,87 @@ def test_concurrent_producers_keep_the_cap_and_the_key(q: leaseq.Queue, backend:
     assert q.stats()["capped"].available == 10
     ids = {r for rs in keyed for r in rs}
     assert len(ids) == 1 and q.stats()["keyed"].available == 1
+
+
+def test_max_queues(q: leaseq.Queue, sql: SqlCaller, backend: str, prefix: str) -> None:
+    """The server's max_queues holds for the routine as for the client: a new queue past
+    it is refused with nothing written; counted and existing queues take jobs, without
+    waiting for the server row's lock."""
+    q.enqueue("a")
+    q.configure_server(max_queues=3)
+    holder = SqlCaller(backend, prefix)
+    try:
+        holder.execute("SELECT max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE")
+        short = ("SET LOCAL lock_timeout = '300ms'" if sql.pg
+                 else "SET SESSION innodb_lock_wait_timeout = 1")
+        sql.execute(short)
+        sql.enqueue("a", {"n": 0})  # counted: no lock wanted, so no wait
+        sql.execute(short)
+        with pytest.raises(Exception, match=r"(?i)lock"):
+            sql.enqueue("new", {"n": 0})  # not counted: waits for the row, times out
+    finally:
+        holder.conn.rollback()
+        holder.close()
+    q.configure_server(max_queues=2)
+    sql.enqueue("b", {"n": 1})  # a new queue within the cap: counted
+    assert q.server_config() == leaseq.ServerConfig(max_queues=2, queues=2)
+    with pytest.raises(Exception) as raised:
+        sql.enqueue("c", {"n": 1}, unique_key="k")
+    assert "max_queues=2" in str(raised.value) and "nothing was enqueued" in str(raised.value)
+    assert getattr(raised.value, "sqlstate", "53400") == "53400"
+    assert "c" not in q.stats()
+    assert q.server_config().queues == 2
+    # The client agrees, and counted queues keep taking jobs from either side.
+    with pytest.raises(leaseq.TooManyQueues):
+        q.enqueue("c")
+    sql.enqueue("a", {"n": 2})
+    sql.enqueue("b", {"n": 2})
+    assert q.stats()["a"].available == 3 and q.stats()["b"].available == 2
+    # A queue that exists but was not counted (settings made with no cap) is admitted.
+    q.configure_server(max_queues=None)
+    q.configure_queue("e", max_attempts=3)
+    q.configure_server(max_queues=3)
+    sql.execute("DELETE FROM {prefix}queue_names WHERE name = 'e'")
+    sql.conn.commit()
+    sql.enqueue("e", {"n": 1})
+    assert q.server_config() == leaseq.ServerConfig(max_queues=3, queues=3)
+    # Lifted: anything goes, and the routine keeps no listing.
+    q.configure_server(max_queues=None)
+    sql.enqueue("f", {"n": 1})
+    assert q.stats()["f"].available == 1
+
+
+def _new_queues(backend: str, prefix: str, names: list[str]) -> list[str]:
+    """One producer process: one enqueue into each of ``names``, each its own
+    transaction; the names admitted."""
+    caller = SqlCaller(backend, prefix)
+    admitted: list[str] = []
+    try:
+        for name in names:
+            try:
+                caller.enqueue(name, {"q": name})
+                admitted.append(name)
+            except Exception as exc:
+                if "max_queues" not in str(exc):
+                    raise
+    finally:
+        caller.close()
+    return admitted
+
+
+def test_concurrent_producers_keep_max_queues(q: leaseq.Queue, backend: str,
+                                             prefix: str) -> None:
+    """Four processes creating queues through the routine at once, overlapping names:
+    exactly max_queues queues exist in the end, each holding jobs only if admitted."""
+    import multiprocessing
+
+    q.configure_server(max_queues=5)
+    names = [f"n{i}" for i in range(12)]
+    work = [names[i::2] + names[: i + 1] for i in range(4)]  # each process, its own order
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        admitted = pool.starmap(_new_queues, [(backend, prefix, w) for w in work])
+    made = {name for names_ in admitted for name in names_}
+    assert len(made) == 5
+    assert set(q.stats()) == made
+    assert q.server_config() == leaseq.ServerConfig(max_queues=5, queues=5)

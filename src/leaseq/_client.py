@@ -347,8 +347,11 @@ class Queue(Shared):
     ) -> list[EnqueueResult]:
         """Stores a chain or group and enqueues its first jobs (``leaseq.flows``), in the
         caller's transaction with ``conn`` (or ``default_conn``'s)."""
+        fresh = self._fresh_in(flow.queues(jobs))
         results: list[EnqueueResult] = self._backend.start_flow(
-            flow, jobs, self._capped_in(jobs), self._caller(conn))
+            flow, jobs, self._capped_in(jobs), self._caller(conn), fresh)
+        if fresh:
+            self._counted.update(fresh)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return self._bind(results)
 
@@ -890,8 +893,11 @@ class AsyncQueue(Shared):
         self, flow: NewFlow, jobs: list[NewJob], conn: Any = None
     ) -> list[EnqueueResult]:
         """See ``Queue._start_flow``."""
+        fresh = self._fresh_in(flow.queues(jobs))
         results: list[EnqueueResult] = await self._backend.start_flow(
-            flow, jobs, self._capped_in(jobs), await self._caller(conn))
+            flow, jobs, self._capped_in(jobs), await self._caller(conn), fresh)
+        if fresh:
+            self._counted.update(fresh)
         _wakeup.notify(self._wake_key, sorted({job.queue for job in jobs}))
         return self._bind(results)
 

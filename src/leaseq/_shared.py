@@ -168,11 +168,13 @@ class Shared:
     def _store_server(self, config: ServerConfig) -> None:
         self._max_queues = config.max_queues
 
-    def _fresh_in(self, jobs: Sequence[NewJob]) -> frozenset[str]:
-        """The queues of ``jobs`` not seen counted against ``max_queues``, while set."""
+    def _fresh_in(self, jobs: Sequence[NewJob] | Sequence[str]) -> frozenset[str]:
+        """The queues of ``jobs`` (or these queue names) not seen counted against
+        ``max_queues``, while set."""
         if self._max_queues is None:
             return frozenset()
-        return frozenset(job.queue for job in jobs if job.queue not in self._counted)
+        names = (job if isinstance(job, str) else job.queue for job in jobs)
+        return frozenset(name for name in names if name not in self._counted)
 
     def _server_changes(self, max_queues: int | Keep | None) -> dict[str, int | None]:
         if max_queues is KEEP:

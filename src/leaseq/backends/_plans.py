@@ -94,11 +94,11 @@ class PlanBackend:
 
     def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
-        conn: Any = None,
+        conn: Any = None, fresh: Collection[str] = (),
     ) -> Any:
         # Not repeated after a dropped connection, as enqueue: it may have committed.
         # ``capped`` as in enqueue: Redis checks every queue's cap in its script anyway.
-        return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs, conn))
+        return self.run("start_flow", lambda: self.ops.start_flow(flow, jobs, conn, fresh))
 
     def complete_steps(self, items: Sequence[StepItem]) -> Any:
         return self.run("complete_steps", lambda: self.ops.complete_steps(items))

@@ -93,6 +93,15 @@ class NewFlow:
     steps: Sequence[FlowStep] = ()
     then: FlowStep | None = None
 
+    def queues(self, jobs: Sequence[NewJob]) -> list[str]:
+        """Every queue the flow will enqueue into, sorted: its first ``jobs``', its later
+        steps' and its callback's (``start_flow`` counts them all against
+        ``max_queues``)."""
+        names = {job.queue for job in jobs} | {step.job.queue for step in self.steps}
+        if self.then is not None:
+            names.add(self.then.job.queue)
+        return sorted(names)
+
 
 class Backend(Protocol):
     """The synchronous backend contract."""
@@ -184,12 +193,15 @@ class Backend(Protocol):
 
     def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
-        conn: Any = None,
+        conn: Any = None, fresh: Collection[str] = (),
     ) -> list[EnqueueResult]:
         """nothing → a stored flow and its first jobs (a chain's first step, or a group's
         members, each with a ``leaseq-flow`` header naming ``flow``; ``capped`` as for
         ``enqueue``: a full queue refuses the whole flow), in one transaction (the
-        caller's, with ``conn``)
+        caller's, with ``conn``). ``fresh`` as for ``enqueue``, but over every queue of
+        the flow (``NewFlow.queues``): the later steps' and the callback's are counted
+        against ``max_queues`` at the start too, before anything is written, so a flow
+        admitted never meets ``TooManyQueues`` halfway; ``TooManyQueues`` refuses it whole
         (on Redis the flow is written first: a crash in between leaves a flow no job
         names, which nothing reads). A chain's flow records the first step's id."""
 
@@ -359,7 +371,7 @@ class AsyncBackend(Protocol):
     ) -> list[bool]: ...
     async def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
-        conn: Any = None,
+        conn: Any = None, fresh: Collection[str] = (),
     ) -> list[EnqueueResult]: ...
     async def complete_steps(self, items: Sequence[StepItem]) -> list[bool]: ...
     async def get_flow(self, flow_id: str) -> FlowState | None: ...

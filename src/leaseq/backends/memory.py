@@ -145,14 +145,7 @@ class MemoryBackend:
             )
         with self.lock:
             # The check is free here, so every call is checked, whatever ``fresh`` says.
-            if self.max_queues is not None:
-                known = self._known_queues()
-                new = sorted({job.queue for job in jobs} - known)
-                if new and len(known) + len(new) > self.max_queues:
-                    raise TooManyQueues(
-                        f"queue {new[0]!r} would be queue {len(known) + 1} of at most "
-                        f"max_queues={self.max_queues}; nothing was enqueued")
-            self.queue_names.update(job.queue for job in jobs)
+            self._admit({job.queue for job in jobs})
             now = self.clock()
             out = []
             created: list[_Row] = []
@@ -196,6 +189,18 @@ class MemoryBackend:
                         "enqueued"
                     )
             return out
+
+    def _admit(self, queues: Collection[str]) -> None:
+        """Counts ``queues``, or raises ``TooManyQueues`` (nothing changed) when the new
+        ones would make more than ``max_queues``."""
+        if self.max_queues is not None:
+            known = self._known_queues()
+            new = sorted(set(queues) - known)
+            if new and len(known) + len(new) > self.max_queues:
+                raise TooManyQueues(
+                    f"queue {new[0]!r} would be queue {len(known) + 1} of at most "
+                    f"max_queues={self.max_queues}; nothing was enqueued")
+        self.queue_names.update(queues)
 
     def _recent_twin(
         self, key: tuple[str, str] | None, unique_for: float | None, now: float
@@ -395,12 +400,19 @@ class MemoryBackend:
 
     def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
-        conn: Any = None,
+        conn: Any = None, fresh: Collection[str] = (),
     ) -> list[EnqueueResult]:
         with self.lock:
+            counted = set(self.queue_names)
+            if conn is None:  # else enqueue refuses it below, before any write
+                self._admit(flow.queues(jobs))  # later steps too: see Backend.start_flow
             specs = {i: encode_step(step) for i, step in enumerate(flow.steps, start=1)}
             callback = None if flow.then is None else encode_step(flow.then)
-            results = self.enqueue(jobs, conn)  # refuses a conn: no transactions here
+            try:
+                results = self.enqueue(jobs, conn)  # refuses a conn: no transactions here
+            except QueueFull:
+                self.queue_names = counted  # all or nothing, as a rolled-back transaction
+                raise
             first = results[0].id if flow.kind == "chain" else None
             self.flows[flow.flow_id] = _Flow(
                 FlowState(flow.flow_id, flow.kind, flow.size, flow.size, 0, first),
@@ -436,6 +448,9 @@ class MemoryBackend:
                     ordered = [flow.results[i] for i in sorted(flow.results)]
                     follow = decode_step(flow.callback, joined(ordered))
             if follow is not None:
+                # Counted when the flow started; a recount since (configure_server) must
+                # not refuse it now, with the step already completed.
+                self.queue_names.add(follow.queue)
                 state = replace(state, job_id=self.enqueue([follow])[0].id)
             flow.state = state
             return True

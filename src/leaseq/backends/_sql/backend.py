@@ -48,10 +48,11 @@ class SqlBackend(PlanBackend):
 
     def start_flow(
         self, flow: NewFlow, jobs: Sequence[NewJob], capped: Collection[str] = (),
-        conn: Any = None,
+        conn: Any = None, fresh: Collection[str] = (),
     ) -> Any:
         caps = sorted({job.queue for job in jobs}.intersection(capped)) if capped else []
-        return self.runner.run(lambda: self.ops.start_flow(flow, jobs, caps), conn=conn)
+        new = sorted(set(flow.queues(jobs)).intersection(fresh)) if fresh else []
+        return self.runner.run(lambda: self.ops.start_flow(flow, jobs, caps, new), conn=conn)
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,

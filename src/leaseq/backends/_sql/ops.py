@@ -613,10 +613,15 @@ class SqlOps:
     # -- chains and groups (docs/workflows.md) ---------------------------------------------
 
     def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Sequence[str] = ()
+        self, flow: NewFlow, jobs: Sequence[NewJob], capped: Sequence[str] = (),
+        fresh: Sequence[str] = (),
     ) -> Plan[list[EnqueueResult]]:
-        """The flow row, a chain's later steps as specs, then the first jobs (``enqueue``,
-        caps included); a chain's row then names its first step."""
+        """The ``fresh`` queues of the whole flow admitted against ``max_queues`` before
+        any write (``admit_queues``), then the flow row, a chain's later steps as specs,
+        then the first jobs (``enqueue``, caps included); a chain's row then names its
+        first step."""
+        if fresh:
+            yield from self.admit_queues(fresh)
         callback = None if flow.then is None else encode_step(flow.then)
         yield Stmt("insert_flow", {"id": flow.flow_id, "kind": flow.kind, "size": flow.size,
                                    "job_id": None, "callback": callback})

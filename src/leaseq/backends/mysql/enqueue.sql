@@ -16,7 +16,10 @@
 -- replaced by this procedure's variables, driver.routine_params); the checks repeat
 -- leaseq._core.validate with its limits, and tests/test_sql_enqueue.py compares the
 -- procedure with the client on the same inputs. Errors: SQLSTATE 22023 for a bad
--- argument, 53400 for a queue at its max_jobs; nothing is written either way. There is no
+-- argument, 53400 for a queue at its max_jobs or a new queue beyond the server's
+-- max_queues; nothing is written either way. The caps hold between concurrent callers in
+-- a transaction (a trigger's, or autocommit off): a top-level CALL under autocommit
+-- commits each statement alone, releasing the locks that serialise them. There is no
 -- wake-up: MySQL has no NOTIFY, so workers find the job at their next poll.
 --
 -- To add an argument later (say unique_scope): MySQL has no overloads, so the new
@@ -47,6 +50,10 @@ proc: BEGIN
     DECLARE v_live BIGINT;
     DECLARE v_try INT DEFAULT 0;
     DECLARE v_duplicate INT DEFAULT 0;
+    DECLARE v_max_queues INT;
+    DECLARE v_counted INT;
+    DECLARE v_in_use INT;
+    DECLARE v_queues BIGINT;
     DECLARE v_message VARCHAR(512);  -- cut to SIGNAL's 128 characters where it is set
 
     SET p_id = NULL;
@@ -91,6 +98,40 @@ proc: BEGIN
     SET v_queue = p_queue, v_payload = COALESCE(p_payload, 'null'), v_kind = p_kind,
         v_priority = p_priority, v_delay = ROUND(p_delay * 1000000),
         v_unique_key = p_unique_key;
+
+    -- The server's max_queues (configure_server), checked as the client's admit_queues
+    -- does and before any queue's lock, as it is. One plain read tells whether a cap is set
+    -- and the queue is counted already: then, or with no cap, no lock is taken. Otherwise
+    -- the server row is locked until commit, so such callers (and clients) count the
+    -- queues one after another. Under the lock the listing is read with locking reads:
+    -- the caller's REPEATABLE READ snapshot may predate the callers that held it before.
+    SELECT max_queues, (SELECT 1 FROM {prefix}queue_names WHERE name = v_queue)
+    INTO v_max_queues, v_counted
+    FROM {prefix}server WHERE id = 1;
+    IF v_max_queues IS NOT NULL AND v_counted IS NULL THEN
+        SELECT max_queues INTO v_max_queues FROM {prefix}server WHERE id = 1 FOR UPDATE;
+        -- COUNT: a row always, so no NOT FOUND condition reaches a caller's handler.
+        SELECT COUNT(*) INTO v_counted FROM {prefix}queue_names WHERE name = v_queue
+        LOCK IN SHARE MODE;
+        IF v_max_queues IS NOT NULL AND v_counted = 0 THEN
+            -- A queue holding jobs, history or settings exists: counted without refusal.
+            SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = v_queue)
+                          OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = v_queue)
+                          OR EXISTS (SELECT 1 FROM {prefix}history WHERE queue = v_queue)
+                        THEN 1 ELSE 0 END INTO v_in_use;
+            IF v_in_use = 0 THEN
+                SELECT COUNT(*) INTO v_queues FROM {prefix}queue_names LOCK IN SHARE MODE;
+                IF v_queues + 1 > v_max_queues THEN
+                    -- Short enough for SIGNAL's 128 characters with a 24-character name.
+                    SET v_message = LEFT(CONCAT('{prefix}enqueue: new queue ',
+                                           QUOTE(LEFT(v_queue, 24)), ' would exceed max_queues=',
+                                           v_max_queues, '; nothing was enqueued'), 128);
+                    SIGNAL SQLSTATE '53400' SET MESSAGE_TEXT = v_message;
+                END IF;
+            END IF;
+            {query:add_queue_name};
+        END IF;
+    END IF;
 
     -- The queue's stored settings: its max_attempts when the call gives none, and its
     -- max_jobs, whose row is then locked as the client's capped enqueue locks it.

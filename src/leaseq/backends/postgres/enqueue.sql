@@ -12,7 +12,8 @@
 -- Returns the job's id; with a unique_key that a live job holds already, that job's id
 -- (nothing is written, as the client's created=False). Errors: SQLSTATE 22023
 -- (invalid_parameter_value) for a bad argument, 53400 (configuration_limit_exceeded) for
--- a queue at its max_jobs; either way nothing is written.
+-- a queue at its max_jobs or a new queue beyond the server's max_queues; either way
+-- nothing is written.
 --
 -- To add an argument later (say unique_scope), append it with a default: the installer
 -- drops the other overloads of this name first, so old calls keep resolving to one
@@ -45,6 +46,10 @@ DECLARE
     v_live bigint;
     v_id bigint;
     v_note text;
+    v_max_queues integer;
+    v_counted integer;
+    v_in_use integer;
+    v_queues bigint;
 BEGIN
     IF v_queue IS NULL OR v_queue !~ '^[-A-Za-z0-9_.]{1,200}$' THEN
         RAISE EXCEPTION '%: invalid queue name %: use 1-200 characters of A-Z a-z 0-9 _ . -',
@@ -72,6 +77,33 @@ BEGIN
     IF v_max_attempts IS NOT NULL AND NOT v_max_attempts BETWEEN 1 AND {max_attempts_cap} THEN
         RAISE EXCEPTION '%: max_attempts must be NULL or an integer in [1, {max_attempts_cap}], got %',
             fn, v_max_attempts USING ERRCODE = '22023';
+    END IF;
+
+    -- The server's max_queues (configure_server), checked as the client's admit_queues
+    -- does and before any queue's lock, as it is. One read tells whether a cap is set and
+    -- the queue is counted already: then, or with no cap, no lock is taken. Otherwise the
+    -- server row is locked until commit, so such callers (and clients) count the queues
+    -- one after another, and the cap and the listing are read again under that lock.
+    SELECT s.max_queues,
+           (SELECT 1 FROM {prefix}queue_names AS n WHERE n.name = v_queue)
+    INTO v_max_queues, v_counted
+    FROM {prefix}server AS s WHERE s.id = 1;
+    IF v_max_queues IS NOT NULL AND v_counted IS NULL THEN
+        {query:lock_server} INTO v_max_queues;
+        {query:queue_counted} INTO v_counted;
+        IF v_max_queues IS NOT NULL AND v_counted IS NULL THEN
+            -- A queue holding jobs, history or settings exists: counted without refusal.
+            {query:queue_in_use} INTO v_in_use;
+            IF v_in_use = 0 THEN
+                {query:count_queues} INTO v_queues;
+                IF v_queues + 1 > v_max_queues THEN
+                    RAISE EXCEPTION '%: queue % would be queue % of at most max_queues=%; nothing was enqueued',
+                        fn, quote_literal(v_queue), v_queues + 1, v_max_queues
+                        USING ERRCODE = '53400';
+                END IF;
+            END IF;
+            {query:add_queue_name};
+        END IF;
     END IF;
 
     -- The queue's stored settings: its max_attempts when the call gives none, and its

@@ -544,12 +544,20 @@ class RedisOps:
     # -- chains and groups (docs/workflows.md) -------------------------------------------
 
     def start_flow(
-        self, flow: NewFlow, jobs: Sequence[NewJob], conn: Any = None
+        self, flow: NewFlow, jobs: Sequence[NewJob], conn: Any = None,
+        fresh: Collection[str] = (),
     ) -> Plan[list[EnqueueResult]]:
         """The flow hash first, then the jobs (``enqueue``): a crash in between leaves a
         flow no job names, which nothing reads. A chain's hash then names its first step
         unless that step completed already (HSETNX: its completion wrote the next)."""
         refuse_connection(conn)
+        if fresh:
+            # Every queue of the flow counted against max_queues before anything is
+            # written, the later steps' too (admit.lua); a client that saw them all
+            # counted, or no cap, pays nothing.
+            reply = yield Call("admit", (self.k.queues, self.k.server), flow.queues(jobs))
+            if reply:
+                raise too_many_queues(reply)
         key = self.k.flow(flow.flow_id)
         values: list[str | int] = ["kind", flow.kind, "size", flow.size,
                                    "remaining", flow.size, "step", 0]
