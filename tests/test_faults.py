@@ -30,7 +30,6 @@ def test_s8_a_worker_with_a_wrong_clock_keeps_database_time(
 ) -> None:
     if backend == "memory":
         pytest.skip("memory:// lives in one process: it has no database clock")
-    late = q.enqueue("w", {}, kind="ping", delay=3).id
     now = q.enqueue("w", {}, kind="ping").id
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LEASEQ_TEST_URL": url,
            "LEASEQ_TEST_PREFIX": prefix, "LEASEQ_TEST_LEASE": "1"}
@@ -41,8 +40,11 @@ def test_s8_a_worker_with_a_wrong_clock_keeps_database_time(
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: q.get(now).state == "dead", timeout=30)  # no "ping" task: buried
-        # An hour ahead or behind, the worker neither runs the delayed job early nor
+        # Enqueued once the worker runs (its start-up on a busy machine can take seconds):
+        # an hour ahead or behind, the worker neither runs the delayed job early nor
         # loses its leases: every comparison uses the database's clock.
+        late = q.enqueue("w", {}, kind="ping", delay=3).id
+        time.sleep(1)  # a second of polls (every 0.1 s) that must not take the job
         assert q.get(late).state == "scheduled"
         wait_for(lambda: q.get(late).state == "dead", timeout=30)
         assert q.get(now).attempts == 1 and q.get(late).attempts == 1

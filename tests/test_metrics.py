@@ -320,7 +320,7 @@ def test_worker_outcomes_and_histograms_on_every_backend(
     def doomed_task() -> None:
         raise ValueError("always fails")
 
-    @local.task(queue="w", name="long", lease=0.6)
+    @local.task(queue="w", name="long", lease=3)  # renewed each second: sees the cancel
     async def long_task() -> None:
         await asyncio.sleep(60)
 
