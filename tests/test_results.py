@@ -10,9 +10,11 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,14 +150,30 @@ def test_wait_async(q: leaseq.Queue) -> None:
         with pytest.raises(leaseq.ResultNotReady):
             await aq.result(pending.id)
         # A cancelled wait leaves nothing registered.
-        waiting = asyncio.ensure_future(aq.wait(pending.id))
-        await asyncio.sleep(0.05)
+        # Cancelled while it waits for a wake-up, not mid-read: a cancel landing in a
+        # driver's own asyncio.wait_for can be dropped on Python 3.11 (seen once in a
+        # parallel run: the wait then never ended). 60 s bounds it all the same.
+        waiting = asyncio.ensure_future(aq.wait(pending.id, timeout=60))
+        deadline = time.monotonic() + 10
+        while not _suspended_in(waiting, "wait_event"):
+            assert time.monotonic() < deadline, "the wait never waited for a wake-up"
+            await asyncio.sleep(0.001)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
         assert not q._results_hub(q.backend).waiting
 
     asyncio.run(main())
+
+
+def _suspended_in(task: asyncio.Future[Any], name: str) -> bool:
+    """True while ``task`` is suspended inside a coroutine called ``name``."""
+    coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+    while coro is not None:
+        if getattr(coro, "__name__", "") == name:
+            return True
+        coro = getattr(coro, "cr_await", None)
+    return False
 
 
 def test_many_waiters_share_one_listener(q: leaseq.Queue, prefix: str) -> None:
