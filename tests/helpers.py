@@ -147,8 +147,8 @@ def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
 def held_transaction(engine: str, table: str) -> Iterator[float]:
     """A snapshot transaction on a PostgreSQL (``engine`` "postgres") or MariaDB ("mysql")
     connection of its own, its snapshot taken by one SELECT of ``table``, held until the
-    block ends (reliability research S11); yields the monotonic time just before it began."""
-    began = time.monotonic()
+    block ends (reliability research S11); yields the monotonic time just after the snapshot
+    was taken, so the transaction is at least ``time.monotonic() - yielded`` seconds old."""
     if engine == "postgres":
         import psycopg
 
@@ -156,7 +156,7 @@ def held_transaction(engine: str, table: str) -> Iterator[float]:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             conn.execute(f"SELECT count(*) FROM {table}").fetchone()
             try:
-                yield began
+                yield time.monotonic()
             finally:
                 conn.rollback()
         return
@@ -170,7 +170,7 @@ def held_transaction(engine: str, table: str) -> Iterator[float]:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             cur.execute(f"SELECT count(*) FROM {table}")
             cur.fetchall()
-        yield began
+        yield time.monotonic()
     finally:
         my.rollback()
         my.close()
