@@ -11,6 +11,7 @@ job that was not created gives its key back at once.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -216,3 +217,35 @@ def test_a_global_job_not_created_gives_its_key_back_at_once(
     assert time.monotonic() - began < 5
     indexed = {int(i) for i in cluster.hgetall(ops.k.index)}
     assert indexed == {j.id for j in q.jobs()}
+
+
+def test_an_async_producer_waits_for_a_reservation_being_written(
+    q: leaseq.Queue, url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same wait on ``AsyncQueue`` (its runner sleeps with asyncio between reads)."""
+    plan, _, reply = stalled_enqueue(q, "first", "k")
+    reads: list[int] = []
+    out: list[leaseq.EnqueueResult] = []
+
+    async def race() -> None:
+        async with leaseq.connect_async(url, table_prefix=prefix,
+                                        reclaim_interval=None) as aq:
+            runner = aq._backend.runner  # type: ignore[attr-defined]
+            execute = runner.execute
+
+            async def counted(call: Call) -> Any:
+                if call.name == "holders":
+                    reads.append(1)
+                return await execute(call)
+
+            monkeypatch.setattr(runner, "execute", counted)
+            out.append(await aq.enqueue("second", unique_key="k", unique_scope="global"))
+
+    racer = threading.Thread(target=lambda: asyncio.run(race()))
+    racer.start()
+    wait_for(lambda: len(reads) >= 3, message="the async racer reading the holder again")
+    assert not out
+    [mine] = resume(q, plan, reply)
+    racer.join(30)
+    assert mine.created and out == [leaseq.EnqueueResult(mine.id, False)]
+    assert [j.id for j in q.jobs()] == [mine.id]
