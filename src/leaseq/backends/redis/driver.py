@@ -143,20 +143,29 @@ def failed(exc: BaseException, where: str, idempotent: bool) -> LeaseqError:
 
 
 def drive(plan: Plan[T], execute: Callable[[Call], Any]) -> T:
-    """Runs a plan to completion with a synchronous ``execute``."""
+    """Runs a plan to completion with a synchronous ``execute``; a ``pause`` call sleeps
+    instead (the plan waits for another producer) and gets None."""
     try:
         call = next(plan)
         while True:
+            if call.pause:
+                time.sleep(call.pause)
+                call = plan.send(None)
+                continue
             call = plan.send(execute(call))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
 
 async def adrive(plan: Plan[T], execute: Callable[[Call], Awaitable[Any]]) -> T:
-    """Runs a plan to completion with an async ``execute``."""
+    """Runs a plan to completion with an async ``execute``; see ``drive``."""
     try:
         call = next(plan)
         while True:
+            if call.pause:
+                await asyncio.sleep(call.pause)
+                call = plan.send(None)
+                continue
             call = plan.send(await execute(call))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]

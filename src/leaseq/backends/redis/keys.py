@@ -43,6 +43,8 @@ class Keys:
         self.flows = f"{{{prefix}}}:flows"
         # unique_scope="global": key -> id of its last holder (scripts/enqueue.lua).
         self.global_keys = f"{{{prefix}}}:global"
+        # Redis Cluster only: key -> when its holder reserved it, µs (scripts/allocate.lua).
+        self.global_at = f"{{{prefix}}}:global_at"
         # configure_server's settings (field max_queues).
         self.server = f"{{{prefix}}}:server"
         # Not a key: the pub/sub channel on which scripts that make jobs due now publish
@@ -94,6 +96,12 @@ class Keys:
         follow-up is not yet known to be enqueued (``complete_handoff.lua``); in the
         queue's slot, beside the jobs it names, outside the queue's key GROUP."""
         return self.queue(queue)[0][: -len("job:")] + "handoff"
+
+    def void(self, queue: str) -> str:
+        """Redis Cluster only: the HASH of queue ``queue``'s job ids that a takeover of an
+        abandoned global key reservation voided (``void.lua``): ids that no enqueue may
+        write any more. In the queue's slot, outside its key GROUP."""
+        return self.queue(queue)[0][: -len("job:")] + "void"
 
     def pattern(self) -> str:
         """A ``SCAN MATCH`` pattern for every key under this prefix, and no other prefix's

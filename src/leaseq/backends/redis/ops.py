@@ -75,6 +75,13 @@ CHUNK = 256  # most queues one stats, reclaim or prune script reads
 # A flow step's handoff older than this is taken for left behind by a crash, and reclaim
 # finishes it (RedisOps.finish_handoffs); younger ones are the acking client's.
 HANDOFF_AGE = 2.0
+# unique_scope="global" on Redis Cluster (RedisOps.enqueue_global): a key reserved for a
+# job that is still unwritten after this many seconds is taken for abandoned by a crashed
+# producer (void.lua fences it); younger ones are waited for, polling from GLOBAL_POLL
+# seconds up to ten times that. Module constants so tests can shorten them.
+GLOBAL_PENDING = 30.0
+GLOBAL_POLL = 0.002
+LIVE = ("available", "running", "dead")
 INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches", "concurrency_limit",
                           "rate_burst"})  # the rest: floats
 
@@ -83,13 +90,15 @@ INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches", "concurrenc
 class Call:
     """One server call: the script ``name`` (``scripts/<name>.lua``) with ``keys`` and
     ``args``; or, with ``command``, the Redis command ``name`` with ``args``. With
-    ``tolerate``, a server error comes back as the reply instead of being raised."""
+    ``tolerate``, a server error comes back as the reply instead of being raised. With
+    ``pause``, no call: the runner sleeps that many seconds and replies None."""
 
     name: str
     keys: Sequence[str] = ()
     args: Sequence[str | int] = ()
     command: bool = False
     tolerate: bool = False
+    pause: float = 0.0
 
 
 Plan = Generator[Call, Any, T]
@@ -275,10 +284,7 @@ class RedisOps:
             return []
         if self.cluster:
             if any(job.unique_global for job in jobs):
-                raise ConfigurationError(
-                    "unique_scope='global' is not available on Redis Cluster: the key would "
-                    "live in another slot than the jobs it guards, so no script could check "
-                    "and write both at once; use redis:// (or a SQL backend)")
+                return (yield from self.enqueue_global(jobs))
             return (yield from self.enqueue_sliced(jobs))
         groups: dict[str, int] = {}
         keys = [self.k.ids, self.k.index, self.k.queues, self.k.server]
@@ -344,6 +350,169 @@ class RedisOps:
         if unused:
             yield Call("HDEL", args=(self.k.index, *unused), command=True)
         return done
+
+    # -- unique_scope="global" on Redis Cluster (docs/design.md §47) --------------------
+
+    def enqueue_global(self, jobs: Sequence[NewJob]) -> Plan[list[EnqueueResult]]:
+        """Enqueue on Redis Cluster of a batch with ``unique_scope="global"`` jobs. Their
+        keys live in the ``{P}`` slot and the jobs in their queues' slots, so no script
+        can check and write both; the enqueue reads, reserves, then writes:
+
+        1. ``holders.lua`` reads each key's holder, then its job is read in its queue's
+           slot (``global_holders``). Live, or finished within the job's ``unique_for``:
+           the new job is its twin. Finished or gone: free for good, since no script
+           makes a finished job live again. Indexed but not written: another producer is
+           between steps 2 and 3, so wait and read again, until its reservation is
+           ``GLOBAL_PENDING`` old; then it is taken for abandoned, its id voided
+           (``void.lua``, so a producer that was only slow can never write it) and free.
+        2. ``allocate.lua`` hands out the ids and reserves each free key for its job's id,
+           if every key still names the holder read in step 1; else back to step 1.
+        3. ``enqueue.lua`` writes each queue's jobs, as ``enqueue_sliced`` does.
+        4. A job not created under its reserved id (a twin of a live job of its own
+           queue, refused by max_jobs, voided) gives its key back (``unreserve.lua``, a
+           compare-and-set); a voided job is then enqueued afresh from step 1.
+
+        The first global job of a key in the batch reserves it; later ones of that key
+        become twins of whatever it became, unless their own queue holds the key."""
+        owners: dict[str, int] = {}
+        for i, job in enumerate(jobs):
+            if job.unique_global and job.unique_key is not None:
+                owners.setdefault(job.unique_key, i)
+        began: int | None = None
+        poll = GLOBAL_POLL
+        while True:
+            now, found = yield from self.global_holders(jobs, owners)
+            began = now if began is None else began
+            if found is not None:
+                written = yield from self.write_reserved(jobs, owners, found)
+                if written is not None:
+                    break
+            elif now - began > us(3 * GLOBAL_PENDING):
+                raise BackendError(
+                    f"Redis at {self.where}: the global unique keys {sorted(owners)} kept "
+                    f"changing hands for {3 * GLOBAL_PENDING:g} s; nothing was enqueued")
+            else:  # another producer is writing a holder: give it a moment
+                yield Call("pause", pause=poll)
+                poll = min(poll * 2, GLOBAL_POLL * 10)
+        results, voided, ids = written
+        if voided:  # this producer was the slow one: its reservations were taken over
+            again = yield from self.enqueue_global([jobs[i] for i in voided])
+            for i, result in zip(voided, again, strict=True):
+                results[i] = result
+        for i, job in enumerate(jobs):  # later jobs of a key: twins of its first job
+            owner = owners.get(job.unique_key or "") if job.unique_global else None
+            if owner is not None and owner != i and results[i].id == ids[owner]:
+                results[i] = EnqueueResult(results[owner].id, False)
+        return results
+
+    def global_holders(
+        self, jobs: Sequence[NewJob], owners: Mapping[str, int]
+    ) -> Plan[tuple[int, dict[str, tuple[str, str, str]] | None]]:
+        """Step 1 of ``enqueue_global``: the server's time (µs) and, per key of
+        ``owners``, ``("=", holder, "")`` when the new job is the holder's twin, else
+        ``("", holder, reserved_at)``: free, and the holder to expect when reserving
+        (both "" when the key has none). None instead of the keys when a holder is being
+        written (wait and read again)."""
+        keys = list(owners)
+        reply = yield Call("holders", (self.k.global_keys, self.k.global_at, self.k.index),
+                           keys)
+        now = int(reply[0])
+        found: dict[str, tuple[str, str, str]] = {}
+        writing = False
+        for n, key in enumerate(keys):
+            holder, reserved, queue = reply[1 + 3 * n: 4 + 3 * n]
+            if holder is None or queue is None:
+                # No holder, or its index entry is gone: a pruned job, or an id that
+                # never became a job (its producer took it out of the index).
+                found[key] = ("", holder or "", reserved or "")
+                continue
+            job_key = self.k.job(queue, int(holder))
+            state, finished = yield Call("HMGET", args=(job_key, "state", "finished_at"),
+                                         command=True)
+            job = jobs[owners[key]]
+            window = us(job.unique_for) if job.unique_for else 0
+            if state in LIVE or (window and finished is not None
+                                    and int(finished) > now - window):
+                found[key] = ("=", holder, "")
+            elif state is not None:
+                found[key] = ("", holder, reserved or "")
+            elif reserved is not None and now - int(reserved) < us(GLOBAL_PENDING):
+                writing = True
+            elif (yield Call("void", (job_key, self.k.void(queue)), (holder,))):
+                found[key] = ("", holder, reserved or "")
+            else:  # written after all, just now: read it again
+                writing = True
+        return now, None if writing else found
+
+    def write_reserved(
+        self, jobs: Sequence[NewJob], owners: Mapping[str, int],
+        found: Mapping[str, tuple[str, str, str]],
+    ) -> Plan[tuple[list[EnqueueResult], list[int], list[int]] | None]:
+        """Steps 2 to 4 of ``enqueue_global``: the results, the positions of voided jobs
+        (not yet enqueued) and the ids handed out; None when a key changed holder since
+        ``found`` was read (nothing written). Multi-queue batches are dry-run first, as in
+        ``enqueue_sliced``."""
+        by_queue: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            by_queue.setdefault(job.queue, []).append(i)
+
+        def flag(i: int, ids: Sequence[int]) -> str:
+            """The global value of job ``i`` for enqueue.lua's cluster form."""
+            job = jobs[i]
+            if not job.unique_global or job.unique_key is None:
+                return "0"
+            twin, holder, _ = found[job.unique_key]
+            owner = owners[job.unique_key]
+            if twin:
+                return f"={holder}"
+            return "1" if owner == i else f"={ids[owner]}"
+
+        def args(dry: str, items: Sequence[int], ids: Sequence[int]) -> list[str | int]:
+            return [dry, *(a for i in items
+                           for a in [*job_args(1, jobs[i])[:-1], flag(i, ids), ids[i]])]
+
+        if len(by_queue) > 1:
+            for queue, items in by_queue.items():
+                reply = yield Call("enqueue", self.k.queue(queue), args("1", items,
+                                                                        [0] * len(jobs)))
+                if reply:
+                    raise queue_full(queue, reply[2])
+        reserve = [(owner, key, found[key][1]) for key, owner in owners.items()
+                   if not found[key][0]]
+        first = yield Call(
+            "allocate", (self.k.ids, self.k.index, self.k.queues, self.k.server,
+                         self.k.global_keys, self.k.global_at),
+            [len(jobs), *(job.queue for job in jobs),
+             *(v for owner, key, holder in reserve for v in (owner + 1, key, holder))])
+        if isinstance(first, list):
+            if first[0] == "moved":
+                return None
+            raise too_many_queues(first)
+        ids = [int(first) + i for i in range(len(jobs))]
+        replies: list[tuple[int, int] | None] = [None] * len(jobs)
+        full: tuple[str, str] | None = None
+        for queue, items in by_queue.items():
+            reply = yield Call("enqueue", self.k.queue(queue), args("0", items, ids))
+            if reply and reply[0] == "full":
+                full = (queue, reply[2])
+                break
+            for n, i in enumerate(items):
+                replies[i] = (int(reply[2 * n]), int(reply[2 * n + 1]))
+                if replies[i] == (ids[i], 1):
+                    self.located.put(ids[i], queue)
+        back = [v for owner, key, holder in reserve if replies[owner] != (ids[owner], 1)
+                for v in (key, ids[owner], holder, found[key][2])]
+        if back:
+            yield Call("unreserve", (self.k.global_keys, self.k.global_at), back)
+        unused = [ids[i] for i, r in enumerate(replies) if r != (ids[i], 1)]
+        if unused:
+            yield Call("HDEL", args=(self.k.index, *unused), command=True)
+        if full is not None:
+            written = sorted(r[0] for r in replies if r is not None and r[1] == 1)
+            raise queue_full(full[0], full[1], written)
+        done = [r for r in replies if r is not None]
+        voided = [i for i, r in enumerate(done) if r[1] == 2]
+        return [EnqueueResult(r[0], r[1] == 1) for r in done], voided, ids
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,

@@ -20,7 +20,10 @@
 --                                  queues {P}:queues may hold; enqueue.lua, allocate.lua)
 --   {P}:global             HASH    unique_key -> id of the last job enqueued with it under
 --                                  unique_scope="global" (held while that job is live:
---                                  enqueue.lua); not on Redis Cluster
+--                                  enqueue.lua; on Redis Cluster reserved by allocate.lua)
+--   {P}:global_at          HASH    Redis Cluster only: unique_key -> when {P}:global's holder
+--                                  reserved it (µs; a reservation without its job that is
+--                                  older than ops.GLOBAL_PENDING counts as abandoned)
 --   {P:Q}:job:<id>         HASH    one job, live or historical (fields below)
 --   {P:Q}:jobs             ZSET    every job of the queue, live or historical: score id
 --   {P:Q}:ready            ZSET    available jobs known to be due: score -priority,
@@ -51,6 +54,9 @@
 --                                  <leaseq-flow header> <optional result>" of each completed
 --                                  flow step whose follow-up is not known to be enqueued
 --                                  yet (complete_handoff.lua; docs/design.md §NN-cluster-flows)
+--   {P:Q}:void             HASH    Redis Cluster only, outside the GROUP: job id -> µs, ids
+--                                  whose abandoned global key reservation was taken over
+--                                  (void.lua); enqueue.lua never writes them
 --
 -- The {P:Q} hash tag puts all of one queue's keys in one Redis Cluster slot; the {P}
 -- keys share another (docs/redis.md says what that means for Cluster). On a cluster a

@@ -26,15 +26,23 @@
 -- unique_scope="global". No finishing script touches it: the key is held while that job
 -- is live (its hash says available, running or dead), so it is freed lazily, at no cost to
 -- acks. That job's hash, in its own queue's slot, is read by a name built here (Redis
--- allows it outside cluster mode; ops.py refuses global keys on a cluster).
+-- allows it outside cluster mode; on a cluster ops.py reads it and reserves the key with
+-- allocate.lua, see the cluster form below).
 --
 -- CLUSTER FORM (Redis Cluster, where the {P} keys live in another slot): KEYS is one
 -- queue's GROUP alone; ARGV[1] is "1" for a dry run (decide, write nothing, reply {} or
 -- the "full" refusal) or "0"; then 14 values per job: the 13 above (group always 1) and
 -- the job's id, handed out and indexed beforehand by allocate.lua. A job that turns out
 -- a twin leaves its id unused (ops.py removes it from the index again).
+-- There the global value says what ops.py decided from the {P} slot (design.md §47):
+-- "0" not global; "=H" a twin of job H, unless a live job holds the key in this queue;
+-- "1" its key is reserved for this job's id in {P}:global: it is created unless a live job
+-- holds the key in this queue, or another producer took the reservation over as abandoned
+-- and voided the id ({P:Q}:void, void.lua): then nothing is written for it, the void entry
+-- is consumed and its created flag is 2 (ops.py enqueues it afresh).
 -- Publishes: each queue that got a job due now, once, on P:wake (_common.lua)
--- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin); or
+-- Returns: {id1, created1, id2, created2, ...} (created: 1 new, 0 existing twin, 2 voided:
+-- cluster form only, above); or
 -- {"full", group, max_jobs} when a queue would exceed its max_jobs (nothing written)
 
 local lead = #KEYS % GROUP  -- the {P} keys before the groups: 0 (cluster), 4 or 5
@@ -95,20 +103,30 @@ end
 -- Pass 1: decide, writing nothing. For the job whose values start at ARGV[i], twin[i] is
 -- the id of an existing twin, same[i] the number (1-based) of an earlier job of this batch
 -- that it duplicates.
-local twin, same, creates, first_of = {}, {}, {}, {}
+local twin, same, creates, first_of, voided = {}, {}, {}, {}, {}
 for i = first_arg, #ARGV, N do
   local g, unique_key = ARGV[i], opt(ARGV[i + 6])
   if unique_key then
     local q = group(g)
-    local shared = global and ARGV[i + 12] == '1'
+    local flag = ARGV[i + 12]
+    local shared = (global or cluster) and flag ~= '0'
     -- group digits never hold ':'; 'G' stands for every queue
     local mine = (shared and 'G' or g) .. ':' .. unique_key
     local live = redis.call('HGET', q.unique, unique_key)
-      or (shared and global_holder(unique_key))
+      or (shared and not cluster and global_holder(unique_key))
     if live then
       twin[i] = live
+    elseif cluster and shared and flag ~= '1' then
+      twin[i] = string.sub(flag, 2)  -- "=H": the {P} slot named the holder
     elseif first_of[mine] then
       same[i] = first_of[mine]
+    elseif cluster and shared then
+      local void = string.sub(q.job, 1, #q.job - 4) .. 'void'  -- "{P:Q}:job:" -> "{P:Q}:void"
+      if redis.call('HEXISTS', void, ARGV[i + 13]) == 1 then
+        voided[i] = void
+      else
+        first_of[mine] = (i - first_arg) / N + 1
+      end
     elseif shared then
       twin[i] = recent_global(unique_key, opt(ARGV[i + 10])) or nil
       if not twin[i] then first_of[mine] = (i - first_arg) / N + 1 end
@@ -117,7 +135,7 @@ for i = first_arg, #ARGV, N do
       if not twin[i] then first_of[mine] = (i - first_arg) / N + 1 end
     end
   end
-  if not twin[i] and not same[i] then creates[g] = (creates[g] or 0) + 1 end
+  if not twin[i] and not same[i] and not voided[i] then creates[g] = (creates[g] or 0) + 1 end
 end
 
 if not cluster then  -- on a cluster, allocate.lua checks max_queues
@@ -159,6 +177,10 @@ for i = first_arg, #ARGV, N do
   elseif same[i] then
     out[#out + 1] = out[2 * same[i] - 1]  -- that job's id: ids and flags alternate
     out[#out + 1] = 0
+  elseif voided[i] then
+    redis.call('HDEL', voided[i], ARGV[i + 13])  -- its producer now knows: never written
+    out[#out + 1] = tonumber(ARGV[i + 13])
+    out[#out + 1] = 2
   else
     local q = group(ARGV[i])
     local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
