@@ -53,9 +53,11 @@ def q(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
         drop_tables(backend, prefix)
 
 
-# Run alone, after the parallel part of the suite (scripts/test): multi-process scenarios
-# that load both cores, time what a busy machine would stretch, or cut connections and
-# start servers that other tests would feel.
+# Run after the parallel part of the suite, two at a time (scripts/test): multi-process
+# scenarios that load the cores, time what a busy machine would stretch, or cut connections
+# and start servers. Each aims its faults at its own workers only (connection kills by
+# application or client name, MariaDB's own database, private servers and networks), so
+# two can share the machine; the other tests' four processes would stretch them too far.
 SERIAL_PATHS = ("tests/chaos/", "tests/test_herd.py", "tests/test_flows_kill.py")
 
 

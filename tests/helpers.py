@@ -98,6 +98,37 @@ def reachable(backend: str) -> str | None:
     return None
 
 
+def empty_tables(backend: str, prefix: str) -> None:
+    """Delete every row a test left in ``prefix``'s tables on PostgreSQL (either fixture
+    name) or MariaDB, and put back the one row migration 0010 seeds: the tables are then
+    as ``migrate`` leaves them, but for the id counters, which go on counting."""
+    tables = [f"{prefix}{t}" for t in ("history", "jobs", "queues", "flows", "flow_parts",
+                                       "server", "queue_names")]
+    statements = [*(f"DELETE FROM {t}" for t in tables),
+                  f"INSERT INTO {prefix}server (id) VALUES (1)"]
+    if backend in ("postgres", "postgres_pgbouncer"):
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL) as conn:  # one transaction
+            for statement in statements:
+                conn.execute(statement)
+        return
+    if backend != "mysql":
+        raise ValueError(f"no tables to empty on {backend}")
+    import pymysql
+
+    parts = urlsplit(MYSQL_URL)
+    conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306, user=parts.username,
+                           password=parts.password or "", database=parts.path.lstrip("/"))
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
     """Remove the tables a test created under ``prefix`` (MariaDB: in ``database``, by
     default the test URL's)."""
