@@ -149,10 +149,9 @@ def test_wait_async(q: leaseq.Queue) -> None:
             await pending.wait_async(timeout=0.05)
         with pytest.raises(leaseq.ResultNotReady):
             await aq.result(pending.id)
-        # A cancelled wait leaves nothing registered.
-        # Cancelled while it waits for a wake-up, not mid-read: a cancel landing in a
-        # driver's own asyncio.wait_for can be dropped on Python 3.11 (seen once in a
-        # parallel run: the wait then never ended). 60 s bounds it all the same.
+        # A cancelled wait leaves nothing registered. Cancelled while it waits for a
+        # wake-up; a cancel that lands mid-read and that the read swallows is the next
+        # test's.
         waiting = asyncio.ensure_future(aq.wait(pending.id, timeout=60))
         deadline = time.monotonic() + 10
         while not _suspended_in(waiting, "wait_event"):
@@ -162,6 +161,41 @@ def test_wait_async(q: leaseq.Queue) -> None:
         with pytest.raises(asyncio.CancelledError):
             await waiting
         assert not q._results_hub(q.backend).waiting
+
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is 3.11's")
+def test_a_cancel_a_read_swallowed_still_ends_the_async_wait(q: leaseq.Queue) -> None:
+    """A driver's asyncio.wait_for can drop a cancel on Python 3.11 (gh-86296): the read
+    returns normally. The wait notices the cancel still counted on its task and ends."""
+
+    async def main() -> None:
+        async with connect_async(q) as aq:
+            pending = await aq.enqueue("r", "never acked")
+            reading = asyncio.Event()
+            reads = 0
+
+            async def swallowing_get(job_id: int) -> leaseq.JobInfo:
+                nonlocal reads
+                reads += 1
+                if reads > 1:  # the first read is before the loop
+                    try:
+                        reading.set()
+                        await asyncio.sleep(30)
+                    except asyncio.CancelledError:
+                        pass  # what the driver's wait_for does when its call ends then
+                return await aq.get(job_id)
+
+            hub = aq._results_hub(aq.backend)
+            waiting = asyncio.ensure_future(
+                _results.wait_async(swallowing_get, hub, pending.id, 60.0))
+            await asyncio.wait_for(reading.wait(), 10)
+            waiting.cancel()
+            done, _ = await asyncio.wait({waiting}, timeout=10)
+            assert waiting in done, "the swallowed cancel left the wait running"
+            assert waiting.cancelled()
+            assert not hub.waiting
 
     asyncio.run(main())
 

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
 from leaseq import _listen
-from leaseq._aio import wait_event
+from leaseq._aio import CancelWatch, wait_event
 from leaseq._core import validate as v
 from leaseq._core.job import EnqueueResult, JobInfo, ResultWaiter
 from leaseq._core.settings import Settings
@@ -298,6 +298,7 @@ async def wait_async(
     if settled(info) or timeout == 0:
         return _final(info, timeout)
     bell = asyncio.Event()
+    cancels = CancelWatch()
 
     def ring() -> None:
         # From the listener's thread, or another loop's; the waiter's loop may have
@@ -315,9 +316,13 @@ async def wait_async(
                 while True:
                     if step is None:
                         try:
-                            step = steps.send(await get(job_id))
+                            info = await get(job_id)
                         except BackendUnavailable as exc:
+                            cancels.check()
                             step = steps.send(_unreadable(exc))
+                        else:
+                            cancels.check()  # a cancel the read's driver swallowed
+                            step = steps.send(info)
                     else:
                         rung = await wait_event(bell, step)
                         if rung:
