@@ -559,6 +559,17 @@ class RedisOps:
     def claimed(self, reply: list[Any], worker_id: str) -> list[Job]:
         """The jobs of a ``claim.lua`` reply."""
         jobs = []
+        # The jobs of one claim share their lease's end, and those enqueued together their
+        # creation and due times: each distinct value becomes a datetime once (three per
+        # job were a third of the client's claim time on a 500-job batch).
+        times: dict[str | int, datetime] = {}
+
+        def when(value: str | int) -> datetime:
+            moment = times.get(value)
+            if moment is None:
+                moment = times[value] = at(value)
+            return moment
+
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
              token, lease_until, created_at, seconds, headers, available_at, reserves,
              releases, timeouts) in reply:
@@ -566,9 +577,9 @@ class RedisOps:
                 id=int(job_id), queue=queue, kind=kind, payload=decode(payload),
                 priority=int(priority), attempts=int(attempts),
                 max_attempts=int(max_attempts), unique_key=unique_key,
-                lease_token=int(token), lease_until=at(lease_until), worker_id=worker_id,
-                created_at=at(created_at), lease=float(seconds),
-                headers=decode(headers), available_at=at(available_at),
+                lease_token=int(token), lease_until=when(lease_until), worker_id=worker_id,
+                created_at=when(created_at), lease=float(seconds),
+                headers=decode(headers), available_at=when(available_at),
                 reserves=int(reserves), releases=int(releases), timeouts=int(timeouts),
             )
             self.located.put(job.id, queue)
