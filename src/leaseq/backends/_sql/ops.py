@@ -518,7 +518,18 @@ class SqlOps:
         applied, in seconds, the headers, and the counters reserves (this lease
         included), releases and timeouts."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
-        dt = self.d.dt
+        convert = self.d.dt
+        # A claim's jobs share their lease's end, and jobs enqueued together their
+        # creation and due times: each distinct value is converted once (three
+        # conversions a job were a tenth of a 500-job claim on MariaDB).
+        times: dict[Any, datetime | None] = {}
+
+        def dt(value: Any) -> datetime | None:
+            if value in times:
+                return times[value]
+            moment = times[value] = convert(value)
+            return moment
+
         return [
             Job(
                 id=int(r[0]), queue=r[1], kind=r[2], payload=decode(r[3]), priority=r[4],
