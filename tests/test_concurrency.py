@@ -15,7 +15,7 @@ import os
 import queue as stdlib_queue
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,33 @@ def take(results: Any, kind: str, timeout: float = 30.0) -> tuple[Any, ...]:
         raise AssertionError(f"child {msg[1]} failed:\n{msg[2]}")
     assert msg[0] == kind, msg
     return tuple(msg)
+
+
+def race(
+    target: Callable[..., None], kind: str, args: Callable[[int], tuple[Any, ...]], *,
+    racers: int, replies: int, parties: int | None = None,
+    meanwhile: Callable[[Any], None] | None = None,
+    each: Callable[[tuple[Any, ...]], None] | None = None, timeout: float = 60.0,
+) -> list[tuple[Any, ...]]:
+    """Runs ``racers`` processes of ``target(*args(i), barrier, results)``, released
+    together by one barrier of ``parties`` (the racers; more when ``meanwhile(barrier)``
+    takes part from here), takes ``replies`` messages of ``kind`` (``each`` sees every
+    one as it comes), checks that every racer exited cleanly and returns the messages
+    without their kind and racer number."""
+    barrier, results = CTX.Barrier(parties or racers), CTX.Queue()
+    procs = [CTX.Process(target=target, name=f"{kind}-{i}", args=(*args(i), barrier, results))
+             for i in range(racers)]
+    messages: list[tuple[Any, ...]] = []
+    with spawned(*procs):
+        if meanwhile is not None:
+            meanwhile(barrier)
+        for _ in range(replies):
+            message = take(results, kind, timeout=timeout)
+            if each is not None:
+                each(message)
+            messages.append(message[2:])
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return messages
 
 
 def live_total(stats: dict[str, leaseq.QueueStats]) -> int:

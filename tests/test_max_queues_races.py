@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import leaseq
 from tests import _proc_workers as workers
-from tests.test_concurrency import CTX, backend, spawned, take  # noqa: F401  (fixture)
+from tests.test_concurrency import backend, race  # noqa: F401  (fixture)
 
 RACERS = 6
 ROUNDS = 4
@@ -18,18 +18,10 @@ def test_racing_producers_never_exceed_max_queues(
 ) -> None:
     q.enqueue("first")
     q.configure_server(max_queues=CAP)
-    barrier, results = CTX.Barrier(RACERS), CTX.Queue()
-    procs = [CTX.Process(target=workers.race_new_queues, name=f"queues-{i}",
-                         args=(url, prefix, i, ROUNDS, barrier, results))
-             for i in range(RACERS)]
-    written: list[str] = []
-    refused = 0
-    with spawned(*procs):
-        for _ in range(RACERS * ROUNDS):
-            _, _, names, full = take(results, "queues", timeout=60)
-            written += names
-            refused += full
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    replies = race(workers.race_new_queues, "queues", lambda i: (url, prefix, i, ROUNDS),
+                   racers=RACERS, replies=RACERS * ROUNDS)
+    written = [name for names, _ in replies for name in names]
+    refused = sum(full for _, full in replies)
     queues = set(q.stats())
     assert queues == {"first", *written}, (queues, written)
     # 6 racers x 4 rounds asked for 36 queues: the cap filled (a last batch of two may
@@ -47,18 +39,10 @@ def test_racing_flows_never_exceed_max_queues(
     refused chain wrote nothing."""
     q.enqueue("first")
     q.configure_server(max_queues=CAP)
-    barrier, results = CTX.Barrier(RACERS), CTX.Queue()
-    procs = [CTX.Process(target=workers.race_new_flow_queues, name=f"flows-{i}",
-                         args=(url, prefix, i, ROUNDS, barrier, results))
-             for i in range(RACERS)]
-    admitted: list[str] = []
-    refused = 0
-    with spawned(*procs):
-        for _ in range(RACERS * ROUNDS):
-            _, _, names, full = take(results, "flows", timeout=60)
-            admitted += names
-            refused += full
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    replies = race(workers.race_new_flow_queues, "flows",
+                   lambda i: (url, prefix, i, ROUNDS), racers=RACERS, replies=RACERS * ROUNDS)
+    admitted = [name for names, _ in replies for name in names]
+    refused = sum(full for _, full in replies)
     assert len(admitted) == CAP - 1, admitted  # each chain reserves exactly one queue
     assert refused == RACERS * ROUNDS - (CAP - 1)
     assert q.server_config().queues == CAP

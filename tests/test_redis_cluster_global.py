@@ -27,7 +27,7 @@ from leaseq.backends.redis.ops import Call
 from tests import _proc_workers as workers
 from tests.conftest import require
 from tests.helpers import redis_cluster, wait_for
-from tests.test_concurrency import CTX, spawned, take
+from tests.test_concurrency import race
 
 RACERS = 6
 ROUNDS = 60
@@ -107,16 +107,11 @@ def test_racing_producers_in_processes_make_one_job_per_global_key(
     enqueue the same key at once, for 60 keys in turn: each key makes one job, every
     racer is told its id, and the key names it."""
     keys = [f"key-{n}" for n in range(ROUNDS)]
-    barrier, results = CTX.Barrier(RACERS), CTX.Queue()
-    procs = [CTX.Process(target=workers.race_global_key, name=f"global-{i}",
-                         args=(url, prefix, i, keys, barrier, results))
-             for i in range(RACERS)]
     seen: dict[str, list[tuple[int, bool]]] = defaultdict(list)
-    with spawned(*procs):
-        for _ in range(RACERS * ROUNDS):
-            _, _, key, job_id, created = take(results, "global", timeout=120)
-            seen[key].append((job_id, created))
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    for key, job_id, created in race(workers.race_global_key, "global",
+                                     lambda i: (url, prefix, i, keys), racers=RACERS,
+                                     replies=RACERS * ROUNDS, timeout=120):
+        seen[key].append((job_id, created))
     ops, _ = internals(q)
     holders = cluster.hgetall(ops.k.global_keys)
     for key in keys:

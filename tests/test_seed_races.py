@@ -7,10 +7,11 @@ window is never enqueued again.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import leaseq
 from tests import _proc_workers as workers
-from tests.test_concurrency import CTX, backend, spawned, take  # noqa: F401  (fixture)
+from tests.test_concurrency import backend, race  # noqa: F401  (fixture)
 
 RACERS = 6
 
@@ -18,20 +19,15 @@ RACERS = 6
 def test_racing_producers_never_exceed_max_jobs(q: leaseq.Queue, url: str, prefix: str) -> None:
     queue, cap, rounds = "capped", 25, 8
     q.configure_queue(queue, max_jobs=cap)
-    barrier, results = CTX.Barrier(RACERS), CTX.Queue()
-    procs = [CTX.Process(target=workers.race_capped, name=f"capped-{i}",
-                         args=(url, prefix, i, queue, rounds, barrier, results))
-             for i in range(RACERS)]
-    created: list[int] = []
-    refused = 0
-    with spawned(*procs):
-        for _ in range(RACERS * rounds):
-            _, _, ids, full = take(results, "capped", timeout=60)
-            created += ids
-            refused += full
-            stats = q.stats()[queue]
-            assert stats.available <= cap, stats
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+
+    def never_over(_: tuple[object, ...]) -> None:
+        stats = q.stats()[queue]
+        assert stats.available <= cap, stats
+
+    replies = race(workers.race_capped, "capped", lambda i: (url, prefix, i, queue, rounds),
+                   racers=RACERS, replies=RACERS * rounds, each=never_over)
+    created = [job_id for ids, _ in replies for job_id in ids]
+    refused = sum(full for _, full in replies)
     stats = q.stats()[queue]
     assert stats.available == len(created) <= cap, (stats, len(created))
     # 6 racers x 8 rounds asked for 72 jobs: the queue filled up (a last batch of two may
@@ -53,20 +49,19 @@ def test_racing_producers_respect_the_unique_for_window(
     q.cancel(finished["cancelled"])
     [completing] = q.dequeue(queue, worker_id="parent", lease=300)
     keys = ["completed", "cancelled", "completing", *(f"fresh-{n}" for n in range(10))]
-    barrier, results = CTX.Barrier(RACERS + 1), CTX.Queue()
-    procs = [CTX.Process(target=workers.race_unique_for, name=f"windowed-{i}",
-                         args=(url, prefix, i, queue, keys, barrier, results))
-             for i in range(RACERS)]
-    seen: dict[str, list[tuple[int, bool]]] = defaultdict(list)
-    with spawned(*procs):
+
+    def release_each_key(barrier: Any) -> None:
         for key in keys:
             barrier.wait(timeout=60)
             if key == "completing":
                 q.ack(completing)  # finishes while the racers enqueue its key
-        for _ in range(RACERS * len(keys)):
-            _, _, key, job_id, created = take(results, "windowed", timeout=60)
-            seen[key].append((job_id, created))
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+
+    seen: dict[str, list[tuple[int, bool]]] = defaultdict(list)
+    for key, job_id, created in race(
+            workers.race_unique_for, "windowed", lambda i: (url, prefix, i, queue, keys),
+            racers=RACERS, replies=RACERS * len(keys), parties=RACERS + 1,
+            meanwhile=release_each_key):
+        seen[key].append((job_id, created))
     for key in keys:
         outcomes = seen[key]
         assert len(outcomes) == RACERS

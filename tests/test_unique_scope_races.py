@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import leaseq
 from tests import _proc_workers as workers
-from tests.test_concurrency import CTX, backend, spawned, take  # noqa: F401  (fixture)
+from tests.test_concurrency import backend, race  # noqa: F401  (fixture)
 
 RACERS = 6
 KEYS = 12
@@ -22,16 +22,11 @@ def test_racing_producers_create_one_job_per_global_key(
     done = q.enqueue("seed", unique_key="key-0", unique_scope="global").id
     q.ack(q.dequeue("seed", worker_id="parent")[0])
     held = q.enqueue("seed", unique_key="key-1", unique_scope="global").id
-    barrier, results = CTX.Barrier(RACERS), CTX.Queue()
-    procs = [CTX.Process(target=workers.race_global_key, name=f"global-{i}",
-                         args=(url, prefix, i, keys, barrier, results))
-             for i in range(RACERS)]
     seen: dict[str, list[tuple[int, bool]]] = defaultdict(list)
-    with spawned(*procs):
-        for _ in range(RACERS * KEYS):
-            _, _, key, job_id, created = take(results, "global", timeout=60)
-            seen[key].append((job_id, created))
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    for key, job_id, created in race(workers.race_global_key, "global",
+                                     lambda i: (url, prefix, i, keys), racers=RACERS,
+                                     replies=RACERS * KEYS):
+        seen[key].append((job_id, created))
     for key in keys:
         ids = {job_id for job_id, _ in seen[key]}
         made = [job_id for job_id, created in seen[key] if created]
