@@ -20,9 +20,10 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["leaseq._core", "leaseq.errors", "leaseq.outcomes"]),
     ("backends", ["leaseq.backends"]),
-    ("client", ["leaseq._client", "leaseq._shared", "leaseq._conn", "leaseq._listen",
-                "leaseq._results", "leaseq._wakeup", "leaseq._aio", "leaseq._group",
-                "leaseq._hooks", "leaseq._typed", "leaseq.tracing", "leaseq.metrics"]),
+    ("client", ["leaseq._client", "leaseq._aclient", "leaseq._shared", "leaseq._conn",
+                "leaseq._listen", "leaseq._results", "leaseq._wakeup", "leaseq._aio",
+                "leaseq._group", "leaseq._hooks", "leaseq._typed", "leaseq.tracing",
+                "leaseq.metrics"]),
     ("tasks", ["leaseq.tasks"]),
     ("flows/schedules", ["leaseq.flows", "leaseq.schedules"]),
     ("worker", ["leaseq.worker", "leaseq.testing"]),

@@ -391,8 +391,8 @@ def test_with_listen_url_an_async_blocking_dequeue_is_pushed(
 ) -> None:
     import asyncio
 
-    monkeypatch.setattr("leaseq._client.POLL_FIRST", 30.0)
-    monkeypatch.setattr("leaseq._client.POLL_CAP", 30.0)
+    monkeypatch.setattr("leaseq._aclient.POLL_FIRST", 30.0)
+    monkeypatch.setattr("leaseq._aclient.POLL_CAP", 30.0)
 
     async def main() -> float:
         async with leaseq.connect_async(PGBOUNCER_URL, table_prefix=prefix,

@@ -6,7 +6,8 @@ The public API is exactly the names in ``__all__``.
 import importlib
 import typing
 
-from leaseq._client import AsyncQueue, Queue, connect, connect_async
+from leaseq._aclient import AsyncQueue
+from leaseq._client import Queue, connect, connect_async
 from leaseq._core.backoff import Backoff
 from leaseq._core.flow import FlowState
 from leaseq._core.job import (

@@ -32,7 +32,8 @@ from leaseq.tasks import App
 from leaseq.tasks import Signature as Signature  # its home is tasks.py (docs/design.md §34)
 
 if TYPE_CHECKING:
-    from leaseq._client import AsyncQueue, Queue
+    from leaseq._aclient import AsyncQueue
+    from leaseq._client import Queue
 
 def chain(*steps: Signature) -> Chain:
     """Steps run one after another, each receiving the previous step's result as its first

@@ -38,7 +38,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from leaseq import _results, _typed
-from leaseq._client import AsyncQueue, Queue
+from leaseq._aclient import AsyncQueue
+from leaseq._client import Queue
 from leaseq._core import backoff as _backoff
 from leaseq._core import flow as _flow
 from leaseq._core import validate as v

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from leaseq._client import AsyncQueue
+from leaseq._aclient import AsyncQueue
 from leaseq._core.job import Job
 from leaseq.errors import BackendUnavailable, NotReplicated
 

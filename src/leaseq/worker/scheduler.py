@@ -28,7 +28,7 @@ from leaseq.errors import ValidationError
 from leaseq.schedules import Schedule
 
 if TYPE_CHECKING:
-    from leaseq._client import AsyncQueue
+    from leaseq._aclient import AsyncQueue
     from leaseq.tasks import App, Task
 
 log = logging.getLogger("leaseq.scheduler")

@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq import _hooks, _listen, tracing
 from leaseq import _wakeup as wakeup
+from leaseq._aclient import AsyncQueue
 from leaseq._aio import wait_event
-from leaseq._client import AsyncQueue, Queue
+from leaseq._client import Queue
 from leaseq._core import outcome as decide
 from leaseq._core.job import Job, JobState
 from leaseq._core.outcome import Hook, Outcome
