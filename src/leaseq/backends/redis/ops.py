@@ -1157,15 +1157,21 @@ class RedisOps:
         for _, keys in (yield from self.queue_groups()):
             while True:
                 if self.cluster:
-                    # The jobs go first, their index entries after (another slot): a
-                    # crash in between leaves entries that name no job, which readers
-                    # take for "no such job".
-                    ids = yield Call("prune", keys, (us(older_than), ROUND))
+                    # The jobs go first, their index entries and global keys after (the
+                    # {P} slot): a crash in between leaves entries that name no job,
+                    # which readers take for "no such job" and enqueues for a free key.
+                    reply = yield Call("prune", keys, (us(older_than), ROUND))
+                    ids, unique_keys = reply[0::2], reply[1::2]
                     if ids:
                         yield Call("HDEL", args=(self.k.index, *ids), command=True)
+                    held = [v for job_id, key in zip(ids, unique_keys, strict=True) if key
+                            for v in (key, job_id, "", "")]
+                    if held:  # a key still naming its pruned job goes (unreserve.lua)
+                        yield Call("unreserve", (self.k.global_keys, self.k.global_at), held)
                     got = len(ids)
                 else:
-                    got = yield Call("prune", [self.k.index, *keys], (us(older_than), ROUND))
+                    got = yield Call("prune", [self.k.index, self.k.global_keys, *keys],
+                                     (us(older_than), ROUND))
                 pruned += got
                 if got < ROUND:
                     break
