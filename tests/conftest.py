@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -41,16 +41,25 @@ def url(backend: str, tmp_path: object) -> str:
     return backend_url(backend, str(tmp_path))
 
 
-@pytest.fixture
-def q(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
-    """A migrated Queue on fresh tables; inline reclaim off so tests decide when."""
+def migrated_queue(
+    backend: str, url: str, prefix: str,
+    put_away: Callable[[str, str], None] = drop_tables,
+) -> Iterator[leaseq.Queue]:
+    """A migrated Queue, inline reclaim off so tests decide when; closed after, and its
+    tables then ``put_away`` (dropped, unless a conftest keeps them for the next test)."""
     queue = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
     queue.migrate()
     try:
         yield queue
     finally:
         queue.close()
-        drop_tables(backend, prefix)
+        put_away(backend, prefix)
+
+
+@pytest.fixture
+def q(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
+    """A migrated Queue on fresh tables (``migrated_queue``)."""
+    yield from migrated_queue(backend, url, prefix)
 
 
 # Run after the parallel part of the suite, two at a time (scripts/test): multi-process

@@ -9,7 +9,7 @@ from contextlib import suppress
 import pytest
 
 import leaseq
-from tests.conftest import require
+from tests.conftest import migrated_queue, require
 from tests.helpers import CONFORMANCE_BACKENDS, drop_tables, empty_tables, new_prefix
 
 SMALL_CAP = 1000
@@ -62,25 +62,24 @@ def prefix(request: pytest.FixtureRequest) -> str:
     return new_prefix()
 
 
+def _put_away(backend: str, prefix: str) -> None:
+    """Empties the tables into ``_SPARE`` on the SQL servers, drops them elsewhere."""
+    if backend not in _REUSED:
+        drop_tables(backend, prefix)
+        return
+    try:
+        empty_tables(backend, prefix)
+    except Exception:  # a test that changed the tables: start afresh
+        drop_tables(backend, prefix)
+    else:
+        _SPARE.setdefault(backend, []).append(prefix)
+
+
 @pytest.fixture
 def q(backend: str, url: str, prefix: str) -> Iterator[leaseq.Queue]:
     """tests/conftest.py's ``q``, whose tables go to ``_SPARE`` after the test on the SQL
     servers; migrate() on reused tables finds them current."""
-    queue = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None)
-    queue.migrate()
-    try:
-        yield queue
-    finally:
-        queue.close()
-        if backend in _REUSED:
-            try:
-                empty_tables(backend, prefix)
-            except Exception:  # a test that changed the tables: start afresh
-                drop_tables(backend, prefix)
-            else:
-                _SPARE.setdefault(backend, []).append(prefix)
-        else:
-            drop_tables(backend, prefix)
+    yield from migrated_queue(backend, url, prefix, put_away=_put_away)
 
 
 def pytest_sessionfinish() -> None:
