@@ -81,7 +81,7 @@ def test_sdist_and_wheel_carry_the_version_and_the_package_data(dist: Path) -> N
     for needed in ("leaseq/py.typed", "leaseq/dashboard/static/dashboard.css",
                    "leaseq/dashboard/templates/base.html",
                    "leaseq/backends/postgres/migrations/0001_initial.sql",
-                   "leaseq/backends/sqlite/queries.sql"):
+                   "leaseq/backends/sqlite/queries.sql", "leaseq/backends/_sql/queries.sql"):
         assert needed in names, needed
 
 

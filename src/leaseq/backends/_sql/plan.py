@@ -63,25 +63,31 @@ _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
 def load_queries(package: str, prefix: str, paramstyle: str) -> dict[str, str]:
-    """Load ``queries.sql`` of a dialect package into ``{name: sql}``.
+    """Load ``queries.sql`` of a dialect package, and the statements every dialect shares
+    (``_sql/queries.sql``), into ``{name: sql}``.
 
     This is the one place where SQL text is changed at run time: ``{prefix}`` becomes the
     validated table prefix (``Settings`` allows only ``[a-z0-9_]``), ``{_fragment}`` the
     text of the file's fragment of that name, and ``:name`` placeholders the driver's
     style. Values are always bound parameters.
     """
-    # pkgutil, not importlib.resources: the same loader-aware read, without the ~5 ms of
-    # tempfile, shutil and compression modules that importlib.resources imports.
-    data = pkgutil.get_data(package, "queries.sql")
-    if data is None:  # a loader that cannot read package data: a broken install
-        raise FileNotFoundError(f"{package}/queries.sql cannot be read")
-    text = data.decode("utf-8")
-    parts = _NAME.split(text)
     bodies: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        # Comment lines are dropped so that prose in them is never parsed for placeholders.
-        lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
-        bodies[name] = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)
+    # The statements every dialect writes alike first (_sql/queries.sql), then the
+    # dialect's own; a name in both is a mistake, not an override.
+    for source in (__package__ or "leaseq.backends._sql", package):
+        # pkgutil, not importlib.resources: the same loader-aware read, without the ~5 ms
+        # of tempfile, shutil and compression modules that importlib.resources imports.
+        data = pkgutil.get_data(source, "queries.sql")
+        if data is None:  # a loader that cannot read package data: a broken install
+            raise FileNotFoundError(f"{source}/queries.sql cannot be read")
+        parts = _NAME.split(data.decode("utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in bodies:
+                raise ValueError(f"{source}/queries.sql defines {name!r} again")
+            # Comment lines are dropped so that prose in them is never parsed for
+            # placeholders.
+            lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
+            bodies[name] = "\n".join(lines).strip().rstrip(";").replace("{prefix}", prefix)
     # A name starting with "_" is a fragment, not a query: other queries say {_name} where
     # its text belongs (the column list of a job row, written once per dialect).
     fragments = {f"{{{name}}}": sql for name, sql in bodies.items() if name.startswith("_")}

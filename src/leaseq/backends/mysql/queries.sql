@@ -137,9 +137,6 @@ SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END
 FROM {prefix}jobs WHERE id = :id;
 
--- name: delete_job
-DELETE FROM {prefix}jobs WHERE id = :id;
-
 -- name: to_dead
 -- bury (:failed false) or a failure with attempts used up (:failed true); :priority NULL
 -- keeps the job's priority (sort_priority follows it).
@@ -197,9 +194,6 @@ SELECT state FROM {prefix}jobs WHERE id = :id FOR UPDATE;
 -- name: request_cancel
 UPDATE {prefix}jobs SET cancel_requested = 1 WHERE id = :id;
 
--- name: history_state
-SELECT state FROM {prefix}history WHERE id = :id;
-
 -- name: state_of
 SELECT CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
             ELSE state END
@@ -225,18 +219,6 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
        error_detail;
-
--- name: get_live
--- The JobInfo row (ops.info): 19 columns, then the counters, failed_at, updated_at (the
--- creation until the first state change), the job's own lease and its headers.
-SELECT {_live_row}
-FROM {prefix}jobs WHERE id = :id;
-
--- name: get_history
--- get_live's columns as history keeps them (rows archived before migration 0004 have no
--- updated_at: their finish is their last change).
-SELECT {_history_row}
-FROM {prefix}history WHERE id = :id;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -322,9 +304,6 @@ CREATE TABLE IF NOT EXISTS {prefix}migrations (
     name       VARCHAR(200) NOT NULL,
     applied_at DATETIME(6)  NOT NULL
 ) ENGINE=InnoDB;
-
--- name: applied_versions
-SELECT version FROM {prefix}migrations;
 
 -- name: record_version
 INSERT INTO {prefix}migrations (version, name, applied_at)
@@ -543,16 +522,6 @@ SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max
        concurrency_limit, rate_per_sec, rate_burst
 FROM {prefix}queues WHERE name = :queue;
 
--- name: queue_configs
-SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
-       max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
-       concurrency_limit, rate_per_sec, rate_burst
-FROM {prefix}queues ORDER BY name;
-
--- name: queue_rows
--- stats: every queue with a settings row, and whether it is paused.
-SELECT name, paused FROM {prefix}queues;
-
 -- name: server_version
 SELECT VERSION();
 
@@ -626,21 +595,11 @@ LIMIT 1;
 INSERT INTO {prefix}flows (id, kind, size, remaining, step, job_id, callback, created_at)
 VALUES (:id, :kind, :size, :size, 0, :job_id, :callback, UTC_TIMESTAMP(6));
 
--- name: insert_flow_part
-INSERT INTO {prefix}flow_parts (flow_id, idx, spec, result)
-VALUES (:flow_id, :idx, :spec, :result);
-
 -- name: lock_flow
 -- Serialises the completions of one flow's jobs: a group's members take it in turn, so
 -- the one that brings remaining to 0 is the last and sees every other member's result.
 SELECT remaining, size, callback FROM {prefix}flows WHERE id = :id
 FOR UPDATE;
-
--- name: count_down_flow
-UPDATE {prefix}flows SET remaining = remaining - 1 WHERE id = :id;
-
--- name: flow_spec
-SELECT spec FROM {prefix}flow_parts WHERE flow_id = :flow_id AND idx = :idx;
 
 -- name: flow_results
 SELECT idx, result FROM {prefix}flow_parts WHERE flow_id = :flow_id ORDER BY idx
@@ -648,9 +607,6 @@ SELECT idx, result FROM {prefix}flow_parts WHERE flow_id = :flow_id ORDER BY idx
 -- after this transaction's snapshot; the lock on the flow row (lock_flow) has waited for
 -- every earlier member to commit, and a locking read sees what they wrote.
 FOR UPDATE;
-
--- name: set_flow_job
-UPDATE {prefix}flows SET job_id = :job_id, step = :step WHERE id = :id;
 
 -- name: prune_flow_parts
 -- prune: the parts of flows whose every step or member completed, made more than :age
@@ -660,9 +616,6 @@ WHERE flow_id IN (SELECT id FROM {prefix}flows WHERE remaining = 0 AND created_a
 
 -- name: prune_flows
 DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < DATE_SUB(UTC_TIMESTAMP(6), INTERVAL :age MICROSECOND);
-
--- name: get_flow
-SELECT id, kind, size, remaining, step, job_id FROM {prefix}flows WHERE id = :id;
 
 -- name: routine_comment
 -- The fingerprint comment of the installed enqueue procedure (install_routine).
@@ -710,30 +663,3 @@ INSERT IGNORE INTO {prefix}queue_names (name) VALUES (:queue);
 
 -- name: set_max_queues
 UPDATE {prefix}server SET max_queues = :max_queues, updated_at = UTC_TIMESTAMP(6) WHERE id = 1;
-
--- name: queue_in_use
--- A queue not counted yet that holds jobs, history or settings already (made while no cap
--- was set, or by a client that had not read the cap yet): counted without refusal.
-SELECT CASE WHEN EXISTS (SELECT 1 FROM {prefix}jobs WHERE queue = :queue)
-              OR EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue)
-              OR EXISTS (SELECT 1 FROM {prefix}history WHERE queue = :queue)
-            THEN 1 ELSE 0 END;
-
--- name: queue_counted
-SELECT 1 FROM {prefix}queue_names WHERE name = :queue;
-
--- name: count_queues
-SELECT COUNT(*) FROM {prefix}queue_names;
-
--- name: clear_queue_names
-DELETE FROM {prefix}queue_names;
-
--- name: fill_queue_names
--- configure_server(max_queues=N): the queues that count, from what the database holds.
-INSERT INTO {prefix}queue_names (name)
-SELECT queue FROM {prefix}jobs
-UNION SELECT queue FROM {prefix}history
-UNION SELECT name FROM {prefix}queues;
-
--- name: server_config
-SELECT max_queues, (SELECT COUNT(*) FROM {prefix}queue_names) FROM {prefix}server WHERE id = 1;
