@@ -34,11 +34,14 @@ for first = head + 1, #KEYS, GROUP do
     for _, id in ipairs(ids) do
       local key = q.job .. id
       local unique_key = false
-      if records then
+      -- records: this call began with finished keyed jobs in the queue. Once pruning
+      -- empties q.finished a later call no longer reads keys, unless globals: a global
+      -- key must still go with its holder.
+      if records or globals then
         unique_key = redis.call('HGET', key, 'unique_key')
-        if unique_key and redis.call('HGET', q.finished, unique_key) == id then
-          redis.call('HDEL', q.finished, unique_key)
-        end
+      end
+      if records and unique_key and redis.call('HGET', q.finished, unique_key) == id then
+        redis.call('HDEL', q.finished, unique_key)
       end
       if globals and unique_key and redis.call('HGET', KEYS[2], unique_key) == id then
         redis.call('HDEL', KEYS[2], unique_key)
