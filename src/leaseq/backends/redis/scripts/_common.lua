@@ -293,6 +293,29 @@ end
 
 -- A finished job that held a unique key frees it, and becomes the key's newest finished
 -- job (enqueue's unique_for window looks there).
+-- max_queues (configure_server), one check for enqueue.lua, allocate.lua and admit.lua:
+-- the queue names at list[first], list[first + step], ... (repeats allowed) against the
+-- cap in `server` ({P}:server) and the queues listed in `queues` ({P}:queues). Returns
+-- the refusal {"queues", name, max_queues, n} when they would add queues beyond the cap;
+-- else false and the names not listed yet (nil without a cap). Reads only.
+local function over_max_queues(queues, server, list, first, step)
+  local cap = redis.call('HGET', server, 'max_queues')
+  if not cap then return false, nil end
+  local new, seen = {}, {}
+  for i = first, #list, step do
+    local queue = list[i]
+    if not seen[queue] then
+      seen[queue] = true
+      if redis.call('SISMEMBER', queues, queue) == 0 then new[#new + 1] = queue end
+    end
+  end
+  local known = redis.call('SCARD', queues)
+  if #new > 0 and known + #new > tonumber(cap) then
+    return {'queues', new[1], cap, known + 1}, new
+  end
+  return false, new
+end
+
 local function free_unique(q, id, unique_key)
   if not unique_key then return end
   if redis.call('HGET', q.unique, unique_key) == id then

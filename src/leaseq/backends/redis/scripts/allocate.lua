@@ -32,18 +32,8 @@ if reserving then
   reserve_at = n + 2
 end
 
-local cap = redis.call('HGET', KEYS[4], 'max_queues')
-if cap then
-  local new, seen = {}, {}
-  for _, queue in ipairs(names) do
-    if not seen[queue] then
-      seen[queue] = true
-      if redis.call('SISMEMBER', KEYS[3], queue) == 0 then new[#new + 1] = queue end
-    end
-  end
-  local known = redis.call('SCARD', KEYS[3])
-  if #new > 0 and known + #new > tonumber(cap) then return {'queues', new[1], cap, known + 1} end
-end
+local refused = over_max_queues(KEYS[3], KEYS[4], names, 1, 1)
+if refused then return refused end
 
 for i = reserve_at, #ARGV, 3 do
   if (redis.call('HGET', KEYS[5], ARGV[i + 1]) or '') ~= ARGV[i + 2] then

@@ -139,21 +139,8 @@ for i = first_arg, #ARGV, N do
 end
 
 if not cluster then  -- on a cluster, allocate.lua checks max_queues
-  local cap = redis.call('HGET', KEYS[4], 'max_queues')
-  if cap then
-    local new, seen = {}, {}
-    for i = first_arg, #ARGV, N do
-      local queue = ARGV[i + 1]
-      if not seen[queue] then
-        seen[queue] = true
-        if redis.call('SISMEMBER', KEYS[3], queue) == 0 then new[#new + 1] = queue end
-      end
-    end
-    local known = redis.call('SCARD', KEYS[3])
-    if #new > 0 and known + #new > tonumber(cap) then
-      return {'queues', new[1], cap, known + 1}
-    end
-  end
+  local refused = over_max_queues(KEYS[3], KEYS[4], ARGV, first_arg + 1, N)  -- the names
+  if refused then return refused end
 end
 
 for g, count in pairs(creates) do
