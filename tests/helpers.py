@@ -98,13 +98,16 @@ def reachable(backend: str) -> str | None:
     return None
 
 
+# The tables ``migrate`` creates under a prefix (SQL backends).
+TABLES = ("history", "jobs", "migrations", "queues", "flows", "flow_parts", "server",
+          "queue_names")
+
+
 def empty_tables(backend: str, prefix: str) -> None:
     """Delete every row a test left in ``prefix``'s tables on PostgreSQL (either fixture
     name) or MariaDB, and put back the one row migration 0010 seeds: the tables are then
     as ``migrate`` leaves them, but for the id counters, which go on counting."""
-    tables = [f"{prefix}{t}" for t in ("history", "jobs", "queues", "flows", "flow_parts",
-                                       "server", "queue_names")]
-    statements = [*(f"DELETE FROM {t}" for t in tables),
+    statements = [*(f"DELETE FROM {prefix}{t}" for t in TABLES if t != "migrations"),
                   f"INSERT INTO {prefix}server (id) VALUES (1)"]
     if backend in ("postgres", "postgres_pgbouncer"):
         import psycopg
@@ -132,8 +135,7 @@ def empty_tables(backend: str, prefix: str) -> None:
 def drop_tables(backend: str, prefix: str, database: str | None = None) -> None:
     """Remove the tables a test created under ``prefix`` (MariaDB: in ``database``, by
     default the test URL's)."""
-    tables = [f"{prefix}{t}" for t in ("history", "jobs", "migrations", "queues", "flows",
-                                       "flow_parts", "server", "queue_names")]
+    tables = [f"{prefix}{t}" for t in TABLES]
     if backend in ("postgres", "postgres_pgbouncer"):  # the same server
         import psycopg
 
