@@ -124,7 +124,8 @@ def cli_dashboard(*args: str, env: dict[str, str] | None = None
         wait_for(answers, timeout=30, message="the dashboard to answer")
         lines: list[str] = []
         assert child.stdout is not None
-        while not any("/login?token=" in line for line in lines) and len(lines) < 2:
+        # The banner, and the login link when the CLI made the token.
+        for _ in range(1 if "--token" in args else 2):
             lines.append(child.stdout.readline())
         rest: list[str] = []
         yield rest, base, lines
@@ -413,3 +414,31 @@ def test_a_metrics_token_reads_metrics_and_nothing_else(serve: Serve) -> None:
     with httpx.Client(base_url=public) as client:
         assert client.get("/metrics").status_code == 200
         assert client.get("/api/queues").status_code == 401
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_behind_a_trusted_proxy_the_throttle_and_cookies_follow_its_headers(
+        url: str, prefix: str) -> None:
+    with cli_dashboard("--url", url, "--table-prefix", prefix, "--token", TOKEN,
+                       "--forwarded-allow-ips", "127.0.0.1") as (_, base, _lines):
+        attacker = {"x-forwarded-for": "203.0.113.7"}
+        answers = [httpx.post(f"{base}/login", data={"token": "guess"}, headers=attacker
+                              ).status_code for _ in range(6)]
+        assert answers == [401] * 5 + [429]
+        # Another client behind the same proxy is not locked out with the attacker.
+        user = {"x-forwarded-for": "203.0.113.8", "x-forwarded-proto": "https"}
+        login = httpx.post(f"{base}/login", data={"token": TOKEN}, headers=user,
+                           follow_redirects=False)
+        assert login.status_code == 303
+        assert "Secure" in login.headers["set-cookie"]
+    with cli_dashboard("--url", url, "--table-prefix", prefix, "--token", TOKEN
+                       ) as (_, base, _lines):
+        # Untrusted: the headers are ignored, so every client is the socket's peer.
+        login = httpx.post(f"{base}/login", data={"token": TOKEN}, follow_redirects=False,
+                           headers={"x-forwarded-proto": "https"})
+        assert "Secure" not in login.headers["set-cookie"]
+        for n in range(5):
+            httpx.post(f"{base}/login", data={"token": "guess"},
+                       headers={"x-forwarded-for": f"203.0.113.{n}"})
+        assert httpx.post(f"{base}/login", data={"token": TOKEN}, headers={
+            "x-forwarded-for": "203.0.113.99"}).status_code == 429
