@@ -36,6 +36,21 @@ ENGINES = {"postgres_pgbouncer": "postgres", "redis_cluster": "redis"}
 """A test backend's ``Queue.backend`` name, where the two differ."""
 
 
+SUITE_STARTED = time.time()
+"""When this test process imported the helpers: every transaction the suite holds began
+after it, which bounds the oldest-transaction gauge from above."""
+OUTSIDE_SLACK = 300.0
+"""Seconds a transaction from outside the suite (a developer's psql, a second run) may
+be older than the suite before the upper bound counts it as a wrong reading."""
+
+
+def oldest_bound() -> float:
+    """The most the server's oldest-transaction age may read now: the suite's own age plus
+    ``OUTSIDE_SLACK``. A gauge in the wrong unit (milliseconds) or of the wrong clock
+    (an epoch instead of an age) is far past it."""
+    return time.time() - SUITE_STARTED + OUTSIDE_SLACK
+
+
 def new_prefix() -> str:
     """A table prefix (or key prefix) no other test run uses."""
     return f"t{secrets.token_hex(4)}_"
@@ -253,3 +268,20 @@ def running(app: leaseq.App, **options: Any) -> Iterator[leaseq.Worker]:
         worker.stop()
         thread.join(30)
         assert not thread.is_alive(), "worker did not stop"
+
+
+def require_tool(name: str) -> str:
+    """The path of the program ``name``; skips the test when it is missing, and fails it
+    in CI (``CI=true``), where scripts/test installs what the suite needs: a missing tool
+    there must not pass as a skip."""
+    import shutil
+
+    import pytest
+
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is not installed (CI=true: a missing tool fails the run)")
+        pytest.skip(f"{name} is not installed")
+    return path
+

@@ -38,6 +38,7 @@ from tests.helpers import (
     drop_tables,
     held_transaction,
     new_prefix,
+    oldest_bound,
     running,
     wait_for,
 )
@@ -163,8 +164,12 @@ def test_the_transaction_age_gauge_shows_a_held_snapshot(q: leaseq.Queue, prefix
     registry = CollectorRegistry()
     registry.register(QueueCollector(q, cache_seconds=0))
     with held_transaction(q.backend, f"{prefix}jobs"):
-        wait_for(lambda: (value(scrape(registry), "leaseq_db_oldest_transaction_age_seconds")
-                          or 0) >= 1.5, message="the gauge to pass 1.5 s")
+        def past_one_and_a_half() -> float | None:
+            seen = value(scrape(registry), "leaseq_db_oldest_transaction_age_seconds")
+            return seen if seen is not None and seen >= 1.5 else None
+
+        seen = wait_for(past_one_and_a_half, message="the gauge to pass 1.5 s")
+        assert seen <= oldest_bound()
 
 
 def test_a_failed_transaction_age_read_leaves_only_its_gauge_out(

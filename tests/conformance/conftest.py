@@ -14,26 +14,6 @@ from tests.helpers import CONFORMANCE_BACKENDS, drop_tables, empty_tables, new_p
 
 SMALL_CAP = 1000
 
-# Conformance tests that do not apply to the Redis Cluster run, by name, and why.
-_NAMED_REDIS = (
-    "compares ServerStats.backend with the fixture's name, but on a cluster the backend "
-    "is the Redis one and says 'redis' (Queue.backend; push wake-ups and metrics go by it)"
-)
-CLUSTER_SKIPS = {
-    "test_server_stats_totals_every_queue": _NAMED_REDIS,
-    "test_async_client_has_every_seed_operation": _NAMED_REDIS,
-}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        name = getattr(item, "originalname", item.name)
-        if (callspec is not None and callspec.params.get("backend") == "redis_cluster"
-                and name in CLUSTER_SKIPS):
-            item.add_marker(pytest.mark.skip(reason=CLUSTER_SKIPS[name]))
-
-
 @pytest.fixture(params=CONFORMANCE_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """tests/conftest.py's backends and a Redis Cluster (``redis_cluster``): every

@@ -86,12 +86,7 @@ def test_a_flow_counts_every_queue_it_will_use_and_is_refused_whole(
     app: leaseq.App, q: leaseq.Queue, backend: str
 ) -> None:
     a, b, c, d = (app.tasks[name] for name in "abcd")
-    try:
-        leaseq.group(a.s(1), b.s(1)).enqueue()
-    except leaseq.ConfigurationError:
-        if backend == "redis_cluster":
-            pytest.skip("chains and groups are refused on this Redis Cluster build")
-        raise
+    leaseq.group(a.s(1), b.s(1)).enqueue()
     app.queue.configure_server(max_queues=2)
     before = (live_total(q), set(q.stats()))
     refused = {

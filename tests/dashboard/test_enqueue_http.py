@@ -6,7 +6,6 @@ backend; its guards (the bearer token always, read-only), hostile bodies and nam
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,24 @@ import leaseq
 from leaseq.dashboard import create_app
 from leaseq.dashboard.app import JOB_ACTIONS, QUEUE_ACTIONS
 from tests.dashboard.conftest import Serve, csrf_of
+from tests.helpers import require_tool
 
 TOKEN = "s3cret-token-for-http-enqueue"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["sqlite", "postgres", "mysql", "redis"]
-needs_curl = pytest.mark.skipif(shutil.which("curl") is None, reason="no curl")
-needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="no node")
+needs_curl = pytest.mark.usefixtures("has_curl")
+needs_node = pytest.mark.usefixtures("has_node")
+
+
+@pytest.fixture
+def has_curl() -> str:
+    return require_tool("curl")
+
+
+@pytest.fixture
+def has_node() -> str:
+    return require_tool("node")
 
 
 def curl(url: str, *args: str, body: str | None = None) -> tuple[int, dict[str, str], Any]:
