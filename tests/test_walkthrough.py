@@ -200,10 +200,10 @@ def reader_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv with the wheel and the extras the README's steps use: the README has
     no install step of its own beyond ``pip install -e .`` in a checkout."""
     env = tmp_path_factory.mktemp("reader-venv")
-    venv.create(env, with_pip=True)
-    done = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                           f"{wheel}[postgres,metrics]"], capture_output=True, text=True,
-                          timeout=300)
+    venv.create(env, with_pip=False)        # this run's pip installs into it: ~5 s saved
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"),
+                           "install", "--quiet", f"{wheel}[postgres,metrics]"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return env
 
