@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from leaseq import _listen, _results, _wakeup
 from leaseq._core import flow as _flow
+from leaseq._core import redact
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.flow import FlowLink
@@ -548,6 +549,4 @@ class Shared:
         return v.seconds("older_than", older_than)
 
     def __repr__(self) -> str:
-        from leaseq.backends.postgres.url import redact  # a listen_url holds a password
-
-        return f"<{type(self).__name__} {redact(self.url).split('@')[-1]!r}>"
+        return f"<{type(self).__name__} {redact.redact_url(self.url)!r}>"

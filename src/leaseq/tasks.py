@@ -42,6 +42,7 @@ from leaseq._aclient import AsyncQueue
 from leaseq._client import Queue
 from leaseq._core import backoff as _backoff
 from leaseq._core import flow as _flow
+from leaseq._core import redact
 from leaseq._core import validate as v
 from leaseq._core.backoff import Backoff
 from leaseq._core.flow import FlowLink
@@ -462,9 +463,7 @@ class App:
         self._eager_ids = itertools.count(1)
 
     def __repr__(self) -> str:
-        from leaseq.backends.postgres.url import redact
-
-        return f"<App {redact(self.url).split('@')[-1]!r} tasks={sorted(self.tasks)}>"
+        return f"<App {redact.redact_url(self.url)!r} tasks={sorted(self.tasks)}>"
 
     @property
     def queue(self) -> Queue:

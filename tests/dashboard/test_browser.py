@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -238,5 +239,18 @@ def test_login_then_act(q: leaseq.Queue, browser: Any, serve: Serve) -> None:
         assert cookie["httpOnly"] is True
         assert cookie["sameSite"] == "Strict"
         wait_for(lambda: page.evaluate("() => document.cookie") == "", message="cookie hidden")
+        # The session expires (12 h by default) and logout ends it for good: the same
+        # cookie put back into a fresh browser no longer opens a page.
+        assert 12 * 3600 - 120 < cookie["expires"] - time.time() <= 12 * 3600
+        page.click("button:has-text('Log out')")
+        playwright_api.expect(page.locator("input[name=token]")).to_be_visible()
+        replay = browser.new_context()
+        try:
+            replay.add_cookies([cookie])
+            again = Tab(replay.new_page(), tab.base).open(f"/jobs/{job_id}")
+            playwright_api.expect(again.locator("input[name=token]")).to_be_visible()
+            assert again.locator("[data-field=state]").count() == 0
+        finally:
+            replay.close()
     finally:
         context.close()

@@ -144,19 +144,21 @@ def test_password_is_never_rendered(q: leaseq.Queue, prefix: str, serve: Serve,
             "/queues/bad name", "/metrics",
         )]
     assert all("Sup3r-Secret-PW" not in body for body in bodies)
-    assert "postgresql://postgres:***@127.0.0.1:5432/test" in bodies[0]
+    assert "postgresql://***@127.0.0.1:5432/test" in bodies[0]
     out, err = capfd.readouterr()
     assert "Sup3r-Secret-PW" not in out + err
 
 
 def test_redact_url() -> None:
-    assert redact_url("postgresql://u:p@h:5/db") == "postgresql://u:***@h:5/db"
-    assert redact_url("redis://:pw@[::1]:6379/0") == "redis://:***@[::1]:6379/0"
-    assert redact_url("mysql://root@127.0.0.1/test") == "mysql://root@127.0.0.1/test"
+    assert redact_url("postgresql://u:p@h:5/db") == "postgresql://***@h:5/db"
+    assert redact_url("redis://:pw@[::1]:6379/0") == "redis://***@[::1]:6379/0"
+    assert redact_url("mysql://root@127.0.0.1/test") == "mysql://***@127.0.0.1/test"
+    assert redact_url("mysql://127.0.0.1/test") == "mysql://127.0.0.1/test"
     assert redact_url("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+    assert redact_url("sqlite:///tmp/a@b/x.db") == "sqlite:///tmp/a@b/x.db"
     assert (redact_url("redis+sentinel://:pw@h1:26379,h2:26379/leaseq/2?sentinel_password=s&x=1")
-            == "redis+sentinel://:***@h1:26379,h2:26379/leaseq/2?sentinel_password=***&x=1")
-    assert redact_url("redis+cluster://u:pw@h1:7001,h2:7002") == "redis+cluster://u:***@h1:7001,h2:7002"
+            == "redis+sentinel://***@h1:26379,h2:26379/leaseq/2?sentinel_password=***&x=1")
+    assert redact_url("redis+cluster://u:pw@h1:7001,h2:7002") == "redis+cluster://***@h1:7001,h2:7002"
 
 
 def test_mounted_under_a_path(q: leaseq.Queue, url: str, prefix: str, serve: Serve) -> None:
@@ -224,5 +226,5 @@ def test_cli_serves_under_a_base_path_with_a_token(q: leaseq.Queue, prefix: str)
         child.terminate()
         out, err = child.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/ops/leaseq/" in out
-    assert "postgres:***@127.0.0.1" in out
+    assert "postgresql://***@127.0.0.1" in out
     assert "Cli-Secret-PW" not in out + err

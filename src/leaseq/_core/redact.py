@@ -19,12 +19,13 @@ as well. Pure logic, no I/O, so every layer may use it.
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote_plus
+from urllib.parse import unquote, unquote_plus
 
 MASK = "***"
 _NO_USERINFO = ("sqlite:", "memory:")
 _SECRET_NAMES = ("password", "secret", "token", "key")
-_LIBPQ_OPTION = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|\S*)")
+_LIBPQ_OPTION = re.compile(
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|\S*)")
 
 
 def _secret_option(name: str, value: str) -> bool:
@@ -43,12 +44,27 @@ def _split(url: str) -> tuple[str, str, str, str]:
     return scheme + sep, userinfo, at, rest
 
 
+def _ambiguous(userinfo: str, rest: str) -> bool:
+    """The last @ sat in a query option's value (``?x=a@b``): where the credentials end
+    is unknown, so nothing after the scheme may be shown."""
+    return "?" in userinfo and not any(ch in rest for ch in "/?")
+
+
 def _redact_query(query: str) -> str:
     parts = []
     for part in query.split("&"):
         name, eq, value = part.partition("=")
         parts.append(f"{name}={MASK}" if eq and _secret_option(name, value) else part)
     return "&".join(parts)
+
+
+def credentials(url: str) -> tuple[str, str, str]:
+    """``(user, password, url without them)``, both percent-decoded, for a driver that
+    parses the rest with ``urlsplit``: read this way, a password may hold raw ``#``,
+    ``/``, ``?`` and ``@``."""
+    head, userinfo, _, rest = _split(url)
+    user, _, password = userinfo.partition(":")
+    return unquote(user), unquote(password), head + rest
 
 
 def redact_url(url: str) -> str:
@@ -66,6 +82,8 @@ def redact_url(url: str) -> str:
         return _LIBPQ_OPTION.sub(
             lambda m: f"{m['name']}={MASK}" if _secret_option(m["name"], m["value"])
             else m[0], url)
+    if _ambiguous(userinfo, rest):
+        return head + MASK
     path, sep, query = rest.partition("?")
     shown = head + (MASK + at if at else "") + path
     return shown + sep + _redact_query(query) if sep else shown
@@ -75,11 +93,13 @@ def where(url: str) -> str:
     """The hosts and path of ``url`` (``db:5432/jobs``, ``h1:5432,h2:5432/jobs``), for
     error messages: without the user information and without the query string, which
     may hold a password."""
-    head, _, _, rest = _split(url)
+    head, userinfo, _, rest = _split(url)
     if head.lower().startswith(_NO_USERINFO):
         return url.partition("://")[2].partition("?")[0]
     if not head:
         return "(a connection string)"
+    if _ambiguous(userinfo, rest):
+        return MASK
     return rest.partition("?")[0].partition("#")[0]
 
 

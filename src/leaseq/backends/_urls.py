@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from urllib.parse import unquote_plus
 
+from leaseq._core.redact import credentials
 from leaseq.errors import ConfigurationError
 
 
 def names(url: str) -> list[str]:
     """The query parameter names of ``url``, decoded, in the order written."""
-    query = url.partition("?")[2].partition("#")[0]
+    # After the credentials: a password may hold a raw ? (leaseq._core.redact).
+    query = credentials(url)[2].partition("?")[2].partition("#")[0]
     return [unquote_plus(part.partition("=")[0]) for part in query.split("&") if part]
 
 

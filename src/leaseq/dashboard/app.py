@@ -12,14 +12,13 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.applications import Starlette
-from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -27,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 import leaseq
+from leaseq._core import redact
 from leaseq._core.job import LIVE_STATES, TERMINAL_STATES, JobInfo, QueueStats
 from leaseq.dashboard import openapi
 from leaseq.dashboard.enqueue import BodyTooLarge, body_cap, enqueue_arguments, read_body
@@ -34,7 +34,11 @@ from leaseq.dashboard.security import (
     COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
+    LOOPBACK_NAMES,
+    SESSION_MAX_AGE,
     Auth,
+    HostCheck,
+    Identity,
     safe_next,
     same_origin,
 )
@@ -67,6 +71,12 @@ KICK_LIMIT = 10_000
 RETRY_AFTER = 1
 """Seconds a 429 (a full queue) asks an HTTP producer to wait before trying again."""
 DASH = "\N{EN DASH}"
+LOGIN_BODY = 4096
+"""Bytes a login form may have: a token and a path fit easily, and nothing bigger is read
+before the token is checked."""
+FORM_BODY = 256 * 1024
+"""Bytes an action's form may have (the dead-letter page posts up to a page of ids)."""
+TOO_DEEP = "(nested too deeply to show)"
 
 SECURITY_HEADERS = {
     # No inline script or style anywhere, so an escaped-but-missed string still cannot run.
@@ -82,25 +92,10 @@ SECURITY_HEADERS = {
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for display and logs: the one
-    before ``@`` (also in a URL naming several hosts, ``h1:p1,h2:p2``), any query
-    option whose name holds ``password`` (``sentinel_password=``), and a PostgreSQL
-    ``listen_url`` parameter wholly."""
-    from leaseq.backends.postgres.url import redact
-
-    url = redact(url)
-    parts = urlsplit(url)
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    changed = False
-    if at and ":" in userinfo:
-        parts = parts._replace(netloc=f"{userinfo.split(':', 1)[0]}:***@{hosts}")
-        changed = True
-    if "password" in parts.query.lower():
-        options = [f"{item.split('=', 1)[0]}=***" if "password" in item.split("=", 1)[0].lower()
-                   else item for item in parts.query.split("&")]
-        parts = parts._replace(query="&".join(options))
-        changed = True
-    return urlunsplit(parts) if changed else url
+    """``url`` as it may be shown: everything between the scheme and the last ``@`` (user
+    and password) and every secret-looking query option as ``***``. The one redaction
+    leaseq uses everywhere (``leaseq._core.redact``)."""
+    return redact.redact_url(url)
 
 
 class Source:
@@ -189,15 +184,54 @@ def finished(s: QueueStats) -> int:
 
 
 def jsonable(value: Any) -> Any:
+    """``value`` for ``JSONResponse``: a dataclass (``JobInfo``) becomes a dict whose
+    datetimes are ISO 8601 texts. Its JSON values (payload, result, error detail) are
+    left as they are, to the C encoder: a walk here recursed once per level and failed on
+    a payload a few hundred levels deep."""
     if isinstance(value, datetime):
         return value.isoformat()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+        return {f.name: shallow(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
+
+
+def shallow(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """``json.dumps``, or ``TOO_DEEP`` for a stored value nested past what the encoder's
+    recursion reaches (a value written by SQL or an older version)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, **options)
+    except RecursionError:
+        return TOO_DEEP
+
+
+class JobsResponse(JSONResponse):
+    """JSON whose values may be nested deeper than the encoder reaches: such a value is
+    replaced by ``TOO_DEEP`` instead of failing the whole answer."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except RecursionError:
+            return super().render(too_deep(content))
+
+
+def too_deep(content: Any) -> Any:
+    """``content`` (the API's dicts of jobs) with each job's JSON fields that cannot be
+    encoded replaced by ``TOO_DEEP``."""
+    if isinstance(content, dict):
+        return {k: too_deep(v) if k in ("job", "jobs") else
+                (v if dumps(v) != TOO_DEEP else TOO_DEEP) for k, v in content.items()}
+    if isinstance(content, list):
+        return [too_deep(item) for item in content]
+    return content
 
 
 def queue_json(s: QueueStats, source: Source) -> dict[str, Any]:
@@ -219,12 +253,17 @@ def totals(stats: Mapping[str, QueueStats], transaction_age: float | None = None
 
 
 def preview(value: Any, limit: int = PREVIEW) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = value if isinstance(value, str) else dumps(value)
     return text if len(text) <= limit else text[:limit] + "…"
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    """Indented JSON for the job's page; compact where indenting (a Python walk, two
+    frames a level) would recurse too deep, ``TOO_DEEP`` where even that cannot."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    except RecursionError:
+        return dumps(value)
 
 
 def age(seconds: float | None) -> str:
@@ -267,56 +306,119 @@ class Dashboard:
     # -- guards --------------------------------------------------------------------------
 
     def guarded(self, handler: Handler, *, write: bool = False, api: bool = False,
-                bearer: bool = False) -> Handler:
+                bearer: bool = False, metrics: bool = False) -> Handler:
         """``handler`` behind the token (``bearer``: only as an ``Authorization: Bearer``
-        header, never the session cookie, and never without a token, even on loopback),
-        and for ``write`` behind the read-only switch and the CSRF check."""
+        header, never the session cookie, and never without a token, even on loopback;
+        ``metrics``: also the metrics token, or nothing with public metrics), and for
+        ``write`` behind the read-only switch and the CSRF check. An unexpected exception
+        becomes one log line and a 500 without a traceback."""
         @functools.wraps(handler)
         async def guard(request: Request) -> Response:
-            if not self.auth.may_read(request):
-                if api or request.method != "GET":
-                    return self.error(request, 401, "Unauthorized",
-                                      "this dashboard needs its token", api=True,
-                                      headers={"www-authenticate": 'Bearer realm="leaseq"'})
-                return self.login_page(request, status=401)
-            if bearer and not self.auth.bearer(request):
-                if not self.auth.required:
-                    return self.error(
-                        request, 403, "Forbidden",
-                        "enqueueing over HTTP needs the dashboard to have a token: start it "
-                        "with --token (or LEASEQ_DASHBOARD_TOKEN) and send "
-                        "'Authorization: Bearer <token>'", api=True)
-                return self.error(request, 401, "Unauthorized",
-                                  "send the dashboard's token as 'Authorization: Bearer "
-                                  "<token>' (a login cookie is not enough here)", api=True,
-                                  headers={"www-authenticate": 'Bearer realm="leaseq"'})
-            if write:
-                refused = await self.refuse_write(request, api=api)
+            try:
+                refused = await self.admit(request, write=write, api=api, bearer=bearer,
+                                           metrics=metrics)
                 if refused is not None:
                     return refused
-            try:
-                response = await handler(request)
-            except LeaseqError as exc:
-                response = self.leaseq_error(request, exc, api=api)
+                try:
+                    response = await handler(request)
+                except LeaseqError as exc:
+                    response = self.leaseq_error(request, exc, api=api)
+            except Exception as exc:  # one line and a 500, never a traceback
+                response = self.unexpected(request, exc, api=api)
             response.headers.update(SECURITY_HEADERS)
             return response
 
         return guard
 
-    async def refuse_write(self, request: Request, *, api: bool) -> Response | None:
+    async def admit(self, request: Request, *, write: bool, api: bool, bearer: bool,
+                    metrics: bool) -> Response | None:
+        """None when ``request`` may go on to its handler, else the refusal."""
+        if metrics and self.auth.public_metrics:
+            return None
+        retry = self.auth.retry_after(request)
+        if retry is not None and self.auth.given_bearer(request) is not None:
+            return self.throttled(request, retry, api=True)
+        identity = self.auth.identify(request)
+        request.state.identity = identity
+        if identity is None or identity.kind == "anonymous":
+            if api or request.method not in ("GET", "HEAD"):
+                return self.error(request, 401, "Unauthorized",
+                                  "this dashboard needs its token", api=True,
+                                  headers={"www-authenticate": 'Bearer realm="leaseq"'})
+            return self.login_page(request, status=401)
+        if identity.kind == "metrics" and not metrics:
+            return self.error(request, 403, "Forbidden",
+                              "the metrics token may read /metrics and nothing else",
+                              api=True)
+        if bearer and identity.kind != "bearer":
+            if not self.auth.required:
+                return self.error(
+                    request, 403, "Forbidden",
+                    "enqueueing over HTTP needs the dashboard to have a token: start it "
+                    "with --token (or LEASEQ_DASHBOARD_TOKEN) and send "
+                    "'Authorization: Bearer <token>'", api=True)
+            return self.error(request, 401, "Unauthorized",
+                              "send the dashboard's token as 'Authorization: Bearer "
+                              "<token>' (a login cookie is not enough here)", api=True,
+                              headers={"www-authenticate": 'Bearer realm="leaseq"'})
+        if write:
+            return await self.refuse_write(request, identity, api=api)
+        return None
+
+    async def refuse_write(self, request: Request, identity: Identity, *, api: bool
+                           ) -> Response | None:
         if self.read_only:
             return self.error(request, 403, "ReadOnly", "this dashboard is read-only", api=api)
         if not same_origin(request):
             return self.error(request, 403, "Forbidden", "cross-site request refused", api=api)
-        if self.auth.bearer(request):
+        if identity.kind == "bearer":
             return None
         given = request.headers.get(CSRF_HEADER)
         if given is None and is_form(request):
-            given = str((await request.form()).get(CSRF_FIELD, ""))
-        if not self.auth.csrf_matches(given):
+            given = (await self.form(request)).get(CSRF_FIELD, "")
+        if not self.auth.csrf_matches(identity, given):
             return self.error(request, 403, "Forbidden",
                               "missing or wrong CSRF token (or bearer token)", api=api)
         return None
+
+    async def form(self, request: Request, cap: int = FORM_BODY) -> dict[str, str]:
+        """The request's urlencoded form, read once with a cap (``BodyTooLarge`` past
+        it); a multipart body is refused (``InvalidArgument``): no page sends one, and
+        its file parts would be spooled to disk before any check."""
+        cached = getattr(request.state, "form", None)
+        if cached is not None:
+            return dict(cached)
+        kind = request.headers.get("content-type", "")
+        if not kind.startswith("application/x-www-form-urlencoded"):
+            raise InvalidArgument("send the form as application/x-www-form-urlencoded")
+        body = await read_body(request, cap)
+        try:
+            fields = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=1000)
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidArgument("the form is not valid urlencoded text") from None
+        form: dict[str, str] = {}
+        lists: dict[str, list[str]] = {}
+        for name, value in fields:
+            form.setdefault(name, value)
+            lists.setdefault(name, []).append(value)
+        request.state.form, request.state.form_lists = form, lists
+        return dict(form)
+
+    def throttled(self, request: Request, retry: int, *, api: bool) -> Response:
+        return self.error(request, 429, "TooManyAttempts",
+                          f"too many wrong tokens from this address; try again in {retry} s",
+                          api=api, headers={"retry-after": str(retry)})
+
+    def unexpected(self, request: Request, exc: Exception, *, api: bool) -> Response:
+        """One log line for a bug or a driver's surprise, and a 500 that says nothing of
+        the code: no traceback in the body, none in the log (a poison value could make
+        every refresh write one)."""
+        text = redact.scrub(str(exc), self.source.url).replace("\n", " ")[:500]
+        log.error("leaseq dashboard: %s %s failed: %s: %s", request.method, request.url.path,
+                  type(exc).__name__, text)
+        return self.error(request, 500, "InternalError",
+                          "the dashboard failed to answer; its log has one line on why",
+                          api=api or request.url.path.startswith(self.base(request) + "/api/"))
 
     def leaseq_error(self, request: Request, exc: LeaseqError, *, api: bool) -> Response:
         status = 500
@@ -332,8 +434,10 @@ class Dashboard:
                               headers={"retry-after": str(RETRY_AFTER)})
         elif isinstance(exc, BackendError):  # unreachable, or SchemaMissing
             status = 503
-        # Error texts come from leaseq, which never puts the URL's password in them.
-        return self.error(request, status, type(exc).__name__, str(exc), api=api)
+        # leaseq's texts name hosts, never credentials; a driver's text inside one might
+        # quote a misread piece of the URL, so it is scrubbed as well.
+        return self.error(request, status, type(exc).__name__,
+                          redact.scrub(str(exc), self.source.url), api=api)
 
     def error(self, request: Request, status: int, kind: str, message: str, *, api: bool,
               headers: Mapping[str, str] | None = None) -> Response:
@@ -350,6 +454,16 @@ class Dashboard:
         response.headers.update(SECURITY_HEADERS)
         return response
 
+    async def not_found(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 404, "NotFound", "no such page",
+                          api=request.url.path.startswith(self.base(request) + "/api/"))
+
+    async def not_allowed(self, request: Request, exc: Exception) -> Response:
+        response = self.error(request, 405, "MethodNotAllowed", "that method is not allowed "
+                              "here", api=True)
+        response.headers.update(getattr(exc, "headers", None) or {})
+        return response
+
     # -- rendering -----------------------------------------------------------------------
 
     @staticmethod
@@ -358,10 +472,14 @@ class Dashboard:
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any
              ) -> HTMLResponse:
+        identity = getattr(request.state, "identity", None)
+        known = identity is not None and identity.may_read
+        # Who is not logged in sees neither the database nor a CSRF token.
         context.update(
-            base=self.base(request), csrf=self.auth.csrf, read_only=self.read_only,
-            refresh_ms=int(self.refresh * 1000), database=redact_url(self.source.url),
-            token_required=self.auth.required, states=STATES,
+            base=self.base(request), csrf=self.auth.csrf(identity) if known else "",
+            read_only=self.read_only, refresh_ms=int(self.refresh * 1000),
+            database=redact_url(self.source.url) if known else "",
+            token_required=self.auth.required, logged_in=known, states=STATES,
         )
         response = self.templates.TemplateResponse(request, template, context,
                                                    status_code=status)
@@ -395,7 +513,7 @@ class Dashboard:
     async def job_page(self, request: Request) -> Response:
         aq = await self.source.queue()
         job = await aq.get(job_id(request))
-        return self.page(request, "job.html", job=job, job_json=jobs_json([job])[0])
+        return self.page(request, "job.html", job=job)
 
     async def go_to_job(self, request: Request) -> Response:
         """The find-by-id form without JavaScript."""
@@ -419,8 +537,8 @@ class Dashboard:
         if action not in BULK_ACTIONS:
             return self.error(request, 404, "NotFound", f"no bulk action {action[:40]!r}",
                               api=False)
-        form = await request.form()
-        ids = [job_id_of(value) for value in form.getlist("ids")]
+        form = await self.form(request)
+        ids = [job_id_of(value) for value in request.state.form_lists.get("ids", [])]
         aq = await self.source.queue()
         done = failed = 0
         for jid in ids:
@@ -435,32 +553,62 @@ class Dashboard:
         self.source.forget()
         if wants_json(request):
             return JSONResponse({"done": done, "failed": failed})
-        back = safe_next(str(form.get("next") or ""), self.base(request))
+        back = safe_next(form.get("next"), self.base(request))
         sep = "&" if "?" in back else "?"
         return RedirectResponse(f"{back}{sep}{urlencode({'done': done, 'failed': failed})}",
                                 303)
 
     async def login(self, request: Request) -> Response:
-        if request.method == "GET":
-            if self.auth.may_read(request):
+        """The login form (GET), a login link (GET with ``?token=``, the CLI prints one),
+        and the form's POST: a few KB of urlencoded body at most, throttled per address."""
+        try:
+            return await self._login(request)
+        except LeaseqError as exc:
+            return self.leaseq_error(request, exc, api=False)
+        except BodyTooLarge:
+            return self.error(request, 413, "PayloadTooLarge", "the login form is too big",
+                              api=False)
+        except Exception as exc:  # one line and a 500, never a traceback
+            return self.unexpected(request, exc, api=False)
+
+    async def _login(self, request: Request) -> Response:
+        link = request.query_params.get("token") if request.method in ("GET", "HEAD") else None
+        if request.method in ("GET", "HEAD") and link is None:
+            identity = self.auth.identify(request)
+            if identity is not None and identity.kind in ("session", "open"):
                 return RedirectResponse(self.base(request) + "/", 303)
             return self.login_page(request)
-        form = await request.form()
-        target = safe_next(str(form.get("next") or ""), self.base(request))
-        if not self.auth.token_matches(str(form.get("token", ""))):
+        retry = self.auth.retry_after(request)
+        if retry is not None:
+            return self.throttled(request, retry, api=False)
+        if link is not None:
+            given, target = link, request.query_params.get("next")
+        else:
+            form = await self.form(request, LOGIN_BODY)
+            given, target = form.get("token", ""), form.get("next")
+        target = safe_next(target, self.base(request))
+        if not self.auth.token_matches(given):
+            self.auth.failed(request, "a wrong token at /login")
             return self.page(request, "login.html", status=401, next=target, wrong=True)
+        _, cookie = self.auth.new_session()
+        # A redirect in any case: a login link's token leaves the address bar and history.
         response = RedirectResponse(target, 303)
-        response.set_cookie(COOKIE, self.auth.session, httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https",
-                            path=self.base(request) + "/")
+        response.set_cookie(COOKIE, cookie, max_age=self.auth.session_max_age, httponly=True,
+                            samesite="strict", path=self.base(request) + "/",
+                            secure=self.auth.secure_cookies or request.url.scheme == "https")
         return response
 
     async def logout(self, request: Request) -> Response:
         if not same_origin(request):
             return self.error(request, 403, "Forbidden", "cross-site request refused",
                               api=False)
+        session = self.auth.session(request)
+        if session is not None:
+            self.auth.end(session)
         response = RedirectResponse(self.base(request) + "/login", 303)
-        response.delete_cookie(COOKIE, path=self.base(request) + "/")
+        response.delete_cookie(COOKIE, path=self.base(request) + "/", httponly=True,
+                               samesite="strict",
+                               secure=self.auth.secure_cookies or request.url.scheme == "https")
         return response
 
     # -- API -----------------------------------------------------------------------------
@@ -488,12 +636,12 @@ class Dashboard:
                                state=request.query_params.get("state") or None)
         jobs = await (await self.source.queue()).jobs(**filters)
         more = len(jobs) == filters["limit"]
-        return JSONResponse({"jobs": jobs_json(jobs),
+        return JobsResponse({"jobs": jobs_json(jobs),
                              "next_after": jobs[-1].id if jobs and more else None})
 
     async def api_job(self, request: Request) -> Response:
         job = await (await self.source.queue()).get(job_id(request))
-        return JSONResponse({"job": jobs_json([job])[0]})
+        return JobsResponse({"job": jobs_json([job])[0]})
 
     async def job_action(self, request: Request) -> Response:
         aq = await self.source.queue()
@@ -535,9 +683,8 @@ class Dashboard:
     async def acted(self, request: Request, body: dict[str, Any]) -> Response:
         """JSON for scripts and the page's fetch; a redirect back for a plain form."""
         if is_form(request) and not wants_json(request):
-            form = await request.form()
-            return RedirectResponse(safe_next(form_text(form, "next"), self.base(request)),
-                                    303)
+            form = await self.form(request)
+            return RedirectResponse(safe_next(form.get("next"), self.base(request)), 303)
         return JSONResponse({"ok": True, **body})
 
     async def api_enqueue(self, request: Request) -> Response:
@@ -560,7 +707,7 @@ class Dashboard:
         return JSONResponse(openapi.document(self.base(request), leaseq.__version__))
 
     async def api_csrf(self, request: Request) -> Response:
-        return JSONResponse({"csrf": self.auth.csrf})
+        return JSONResponse({"csrf": self.auth.csrf(request.state.identity)})
 
     async def metrics(self, request: Request) -> Response:
         from leaseq import metrics  # prometheus-client, only when scraped
@@ -573,7 +720,8 @@ class Dashboard:
         except BackendError as exc:
             # Prometheus keeps scraping a 200 and alerts on leaseq_scrape_error; a 503
             # would only show as the target being down.
-            log.warning("leaseq dashboard: reading queue stats for /metrics failed: %s", exc)
+            log.warning("leaseq dashboard: reading queue stats for /metrics failed: %s",
+                        redact.scrub(str(exc), self.source.url))
             stats = None
         return Response(metrics.render_queue_state(stats, transaction_age=age),
                         media_type=metrics.CONTENT_TYPE)
@@ -591,7 +739,7 @@ class Dashboard:
             Route("/dead/{action:str}", g(self.dead_bulk, write=True), methods=["POST"]),
             Route("/login", self.login, methods=["GET", "POST"]),
             Route("/logout", self.logout, methods=["POST"]),
-            Route("/metrics", g(self.metrics, api=True)),
+            Route("/metrics", g(self.metrics, api=True, metrics=True)),
             Route("/api/csrf", g(self.api_csrf, api=True)),
             Route("/api/queues", g(self.api_queues, api=True)),
             Route("/api/queues/{name}", g(self.api_queue, api=True)),
@@ -626,11 +774,6 @@ def browser_form(request: Request) -> bool:
 def wants_json(request: Request) -> bool:
     accept = request.headers.get("accept", "")
     return "application/json" in accept and "text/html" not in accept
-
-
-def form_text(form: FormData, name: str) -> str:
-    value = form.get(name)
-    return value if isinstance(value, str) else ""
 
 
 def int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
@@ -694,27 +837,47 @@ def create_app(
     table_prefix: str = "leaseq_",
     settings: leaseq.Settings | None = None,
     refresh: float = 2.0,
+    allowed_hosts: Collection[str] | None = None,
+    metrics_token: str | None = None,
+    public_metrics: bool = False,
+    session_max_age: float = SESSION_MAX_AGE,
+    secure_cookies: bool = False,
 ) -> Starlette:
     """The dashboard as an ASGI app for ``url``: pages, and the JSON API that
-    ``/api/openapi.json`` describes.
+    ``/api/openapi.json`` describes. docs/security.md says what each option guards.
 
     Args:
-        url: The database URL, as for ``leaseq.connect``. Its password is never shown.
+        url: The database URL, as for ``leaseq.connect``. Its credentials are never shown.
         token: When set, every request must carry it (``Authorization: Bearer <token>``,
-            or the cookie the login page sets). Without one, anyone who reaches the app
-            may read and act: mount it behind your own authentication, or bind to
-            loopback (the CLI refuses anything else). Enqueueing over HTTP
-            (``POST /api/queues/{name}/jobs``, docs/enqueue-from-sql-and-http.md) always
-            needs it, as a bearer header: without a token that route answers 403.
+            or the session cookie the login page sets). Without one, anyone who passes the
+            ``Host`` check may read and act: mount it behind your own authentication.
+            Enqueueing over HTTP (``POST /api/queues/{name}/jobs``) always needs it, as a
+            bearer header: without a token that route answers 403.
         read_only: Refuse every action with 403 and hide the buttons.
         table_prefix: Prefix of leaseq's tables (ignored when ``settings`` is given).
         settings: Client settings, for a non-default prefix or pool.
         refresh: Seconds between the pages' live updates.
+        allowed_hosts: The names the app answers to in the ``Host`` header (without port;
+            ``*.example.com`` for subdomains), besides the loopback names; other hosts get
+            400. ``["*"]`` checks nothing. None: no check when ``token`` is set (the app
+            does not know where it is mounted), loopback names only when it is not, so a
+            web page elsewhere cannot reach an open dashboard through DNS rebinding.
+        metrics_token: A second token that may read ``/metrics`` and nothing else, for
+            Prometheus.
+        public_metrics: Serve ``/metrics`` without any token.
+        session_max_age: Seconds a login lasts (12 h by default).
+        secure_cookies: Mark the session cookie ``Secure`` even when the request arrived
+            as plain HTTP (the app sits behind a proxy that terminates TLS).
     """
     if refresh <= 0:
         raise InvalidArgument(f"refresh must be positive, got {refresh!r}")
+    if not 60 <= session_max_age <= 366 * 86400:
+        raise InvalidArgument(f"session_max_age must be between 60 s and a year, got "
+                              f"{session_max_age!r}")
     source = Source(url, settings or leaseq.Settings(table_prefix=table_prefix))
-    board = Dashboard(source, Auth(token), read_only, refresh)
+    auth = Auth(token, metrics_token=metrics_token, public_metrics=public_metrics,
+                session_max_age=int(session_max_age), secure_cookies=secure_cookies)
+    board = Dashboard(source, auth, read_only, refresh)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -723,6 +886,23 @@ def create_app(
         yield
         await source.close()
 
-    app = Starlette(routes=board.routes(), lifespan=lifespan)
+    app = Starlette(routes=board.routes(), lifespan=lifespan,
+                    exception_handlers={404: board.not_found, 405: board.not_allowed})
+    app.add_middleware(HostCheck, allowed=hosts_allowed(allowed_hosts, token))
     app.state.leaseq = source
     return app
+
+
+def hosts_allowed(given: Collection[str] | None, token: str | None) -> list[str] | None:
+    """The ``Host`` names an app answers to (None: any); see ``create_app``."""
+    if isinstance(given, str):
+        raise InvalidArgument("allowed_hosts is a list of names, not one string")
+    if given is None:
+        return None if token else list(LOOPBACK_NAMES)
+    if "*" in given:
+        return None
+    for name in given:
+        if not name or (any(ch in name for ch in " /@:\\") and not name.startswith("[")):
+            raise InvalidArgument(f"allowed_hosts takes host names without ports, got "
+                                  f"{name!r}")
+    return [*LOOPBACK_NAMES, *given]

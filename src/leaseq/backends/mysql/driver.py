@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pymysql
 from pymysql.constants import CLIENT
 
+from leaseq._core import redact
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
@@ -235,18 +236,27 @@ def multirow(escape: Callable[[Any], Any], sql: str, rows: Sequence[Mapping[str,
 
 
 def connect_args(url: str, settings: Settings) -> dict[str, Any]:
-    parts = urlsplit(url)
+    # The credentials first, up to the URL's last @: urlsplit would end them at a raw #,
+    # / or ? of a password and read the rest as host, path or query.
+    user, password, bare = redact.credentials(url)
+    parts = urlsplit(bare)
     database = unquote(parts.path.lstrip("/"))
     if not database:
-        raise ConfigurationError(f"{url!r} names no database: use mysql://user@host/dbname")
+        raise ConfigurationError(f"{redact.redact_url(url)!r} names no database: use "
+                                 "mysql://user@host/dbname")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    try:
+        port = parts.port or 3306
+    except ValueError:
+        raise ConfigurationError(f"{redact.redact_url(url)!r} has a port that is not a "
+                                 "number") from None
     return {
         "read_timeout": _seconds(options, "read_timeout"),
         "write_timeout": _seconds(options, "write_timeout"),
         "host": parts.hostname or "127.0.0.1",
-        "port": parts.port or 3306,
-        "user": unquote(parts.username or "root"),
-        "password": unquote(parts.password or ""),
+        "port": port,
+        "user": user or "root",
+        "password": password,
         "database": database,
         "charset": options.get("charset", "utf8mb4"),
         "autocommit": False,
@@ -257,10 +267,14 @@ def connect_args(url: str, settings: Settings) -> dict[str, Any]:
     }
 
 
+def _query(url: str) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(redact.credentials(url)[2]).query)
+
+
 def tcp_options(url: str) -> dict[int, int]:
     """The socket options (``_sockets``: keepalives, ``tcp_user_timeout``) of every
     connection to ``url``, with the URL's overrides (``keepalives_idle=`` and so on)."""
-    return _sockets.options({k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()})
+    return _sockets.options({k: v[-1] for k, v in _query(url).items()})
 
 
 def idle_setup(url: str) -> str | None:
@@ -268,7 +282,7 @@ def idle_setup(url: str) -> str | None:
     transaction (``_sockets.IDLE_IN_TRANSACTION``; the URL's ``idle_transaction_timeout``
     overrides it, 0 turns it off), run once per new connection to MariaDB. MySQL has no
     such setting: None there (``setup`` asks the server which it is)."""
-    given = parse_qs(urlsplit(url).query).get("idle_transaction_timeout", [None])[-1]
+    given = _query(url).get("idle_transaction_timeout", [None])[-1]
     seconds = _sockets.IDLE_IN_TRANSACTION if given is None else given
     if not str(seconds).isdigit():
         raise ConfigurationError(f"idle_transaction_timeout must be a whole number of "
@@ -378,7 +392,7 @@ def check_caller(conn: Any) -> None:
 class MysqlRunner(PooledSyncRunner[Any]):
     def __init__(self, url: str, dialect: MysqlDialect, settings: Settings) -> None:
         self.d = dialect
-        self.where = url.split("@")[-1]
+        self.where = redact.where(url)
         self.args = connect_args(url, settings)
         self.tcp = tcp_options(url)
         self.idle = idle_setup(url)
@@ -494,7 +508,7 @@ def install_routine(cur: Any, d: MysqlDialect) -> None:
 class AsyncMysqlRunner(AsyncRunner):
     def __init__(self, url: str, dialect: MysqlDialect, settings: Settings) -> None:
         self.url, self.d, self.settings = url, dialect, settings
-        self.where = url.split("@")[-1]
+        self.where = redact.where(url)
         self.args = connect_args(url, settings)
         self.tcp = tcp_options(url)
         self.idle = idle_setup(url)

@@ -15,6 +15,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from leaseq._core import redact
 from leaseq._core.job import Job
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
@@ -312,9 +313,7 @@ def _where(url: str) -> str:
     """``host:port[,host:port...]/db`` of a URL, for messages: without the user and
     password, and without the query string (which may carry a password, and whose
     ``target_session_attrs`` the error says when it matters)."""
-    rest = url.split("://", 1)[-1].split("?", 1)[0]
-    hosts, slash, path = rest.partition("/")
-    return hosts.rpartition("@")[2] + slash + path
+    return redact.where(url)
 
 
 def idle_setup(target: PostgresUrl) -> psycopg.sql.Composed | None:

@@ -40,6 +40,7 @@ from redis import exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from leaseq._core import redact
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
@@ -619,7 +620,7 @@ def create(url: str, settings: Settings, use_async: bool) -> RedisBackend:
     # keepalives_idle= and the other _sockets.NAMES are leaseq's: redis-py refuses them.
     url, tcp = _sockets.split(url)
     target = sentinel_target(url)
-    where = target.where if target is not None else url.split("@")[-1]
+    where = target.where if target is not None else redact.where(url)
     seeds = cluster_urls(url)
     ops = RedisOps(settings.table_prefix, where, seeds is not None)
     try:
