@@ -295,3 +295,16 @@ def test_getting_started_on_sqlite_then_postgresql(walk: Walk, no_app_role: None
 
     wait_for(metrics, timeout=20, interval=0.3, message="the unit's worker to serve /metrics")
     walk.stop()                                       # TimeoutStopSec=45 > --grace 30
+
+
+def test_the_cli_runs_without_the_dashboard_extra() -> None:
+    """Getting started installs leaseq without extras and runs ``leaseq --version``: the
+    CLI reads the dashboard's token limits at start, never starlette (caught by the
+    walkthrough once, when ``leaseq.dashboard`` imported its app eagerly)."""
+    code = ("import sys; sys.modules['starlette'] = None\n"
+            "sys.argv = ['leaseq', '--version']\n"
+            "from leaseq.cli import main\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "leaseq, version" in done.stdout, done.stderr
