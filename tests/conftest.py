@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,20 @@ def require(backend: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"{why} (CI=true: an unreachable database fails the run)")
         pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist and the wheel, the wheel built from the unpacked sdist (``python -m
+    build``): what tests/test_release.py and tests/test_walkthrough.py install."""
+    out = tmp_path_factory.mktemp("dist")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(root)],
+                          cwd=out, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items()
+                               if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LEASEQ_URL")})
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return out
 
 
 @pytest.fixture(params=BACKENDS)

@@ -13,8 +13,17 @@ An HTML comment right before a block changes that:
   elsewhere, a server topology the suite does not start, it never exits, ...).
 * ``<!-- example: continue -->``: runs as one script with the block before it (the prose
   between them explains the first half).
-* ``<!-- example: setup`` + lines of Python + ``-->``: hidden code run first (a stand-in
-  for "your code", like ``def send(payload): ...``).
+* ``<!-- example: setup`` + lines of Python + ``-->``: hidden code run first. Its first
+  line is a comment saying why it is hidden (names an earlier section defined, say); a
+  reader copying the block needs nothing else, so no hidden stand-in for "your code".
+* ``<!-- walkthrough: KIND -->``: a step that only tests/test_walkthrough.py runs, where
+  a page is followed in order in a fresh virtualenv against the URLs it shows:
+  ``install`` (venv and pip lines; ``/path/to/leaseq`` is the wheel built for the run),
+  ``superuser`` (the server's administrator creates the role and database the page uses:
+  ``sudo -u postgres psql`` there is ``psql`` as the test server's superuser),
+  ``background`` (a command that runs until stopped, a worker: started, then stopped with
+  SIGTERM once the page's promise holds) and ``unit`` (a systemd unit: its ExecStartPre,
+  then its ExecStart in the background, in its WorkingDirectory).
 
 A block whose first line is ``# NAME.py`` is written to NAME.py and imported, not run as
 a script, so that later blocks can import it.
@@ -44,8 +53,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PYTHON = {"python", "py", "python3"}
 SHELL = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
-MARKER = re.compile(r"<!--\s*(?P<kind>fragment|example)\s*:?\s*(?P<text>.*?)\s*-->\s*$",
-                    re.DOTALL)
+MARKER = re.compile(
+    r"<!--\s*(?P<kind>fragment|example|walkthrough)\s*:?\s*(?P<text>.*?)\s*-->\s*$", re.DOTALL)
+WALKTHROUGH = {"install", "superuser", "background", "unit"}
 MODULE = re.compile(r"^#\s*(?P<name>[A-Za-z_][\w/]*\.py)\s*$")
 ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 TIMEOUT = 60
@@ -60,6 +70,7 @@ class Block:
     fragment: str | None = None
     continues: bool = False
     setup: str = ""
+    walkthrough: str | None = None
 
     @property
     def where(self) -> str:
@@ -127,6 +138,8 @@ def parse(page: Path) -> list[Block]:
         marker = MARKER.search(comment) if comment else None
         if marker and marker["kind"] == "fragment":
             block.fragment = marker["text"]
+        elif marker and marker["kind"] == "walkthrough":
+            block.walkthrough = marker["text"]
         elif marker and marker["text"] == "continue":
             block.continues = True
         elif marker and marker["text"].startswith("setup"):
@@ -140,7 +153,7 @@ def programs(page: Path) -> list[Program]:
     """The runnable blocks of a page, grouped into scripts, in page order."""
     runs: list[Program] = []
     for block in parse(page):
-        if block.fragment is not None:
+        if block.fragment is not None or block.walkthrough is not None:
             continue
         if block.lang in PYTHON or (block.lang in SHELL and block.is_leaseq_shell):
             if block.continues and runs and runs[-1].blocks[-1].lang == block.lang:
@@ -252,6 +265,11 @@ def test_fragments_say_why(page: Path) -> None:
             assert block.fragment.strip(), f"{block.where}: a fragment needs a reason"
         if block.continues:
             assert block.lang in PYTHON | SHELL, f"{block.where}: nothing to continue"
+        if block.setup:
+            assert block.setup.startswith("#"), \
+                f"{block.where}: hidden setup starts with a comment saying why it is hidden"
+        if block.walkthrough is not None:
+            assert block.walkthrough in WALKTHROUGH, f"{block.where}: {block.walkthrough}?"
 
 
 def test_the_collector_finds_what_it_should(tmp_path: Path) -> None:
@@ -262,12 +280,73 @@ def test_the_collector_finds_what_it_should(tmp_path: Path) -> None:
         "<!-- example: setup\ndef send(p): pass\n-->\n```python\nsend(1)\n```\n"
         "```sh\npip install leaseq\n```\n```sh\nleaseq stats  # counts\n```\n"
         "```sh\npip install -e . && leaseq demo\n```\n"
-        "=== \"tab\"\n\n    ```python\n    print(3)\n    ```\n",
+        "=== \"tab\"\n\n    ```python\n    print(3)\n    ```\n"
+        "<!-- walkthrough: install -->\n"
+        "```sh\npip install /path/to/leaseq && leaseq --version\n```\n",
         encoding="utf-8")
     blocks = parse(page)
     assert [b.fragment for b in blocks][:2] == [None, "needs a server"]
     assert blocks[2].continues and blocks[3].setup == "def send(p): pass\n"
     assert [b.is_leaseq_shell for b in blocks[4:7]] == [False, True, True]
     assert blocks[7].code == "print(3)\n"
+    assert blocks[8].walkthrough == "install" and blocks[8].is_leaseq_shell
     runs = programs(page)
     assert [[b.line for b in r.blocks] for r in runs] == [[1, 10], [16], [22], [25], [30]]
+
+
+# -- what a reader copies must be safe to copy ---------------------------------------------
+
+ENQUEUE_CALLS = {"enqueue", "enqueue_many"}
+
+
+def import_time_enqueues(code: str) -> list[int]:
+    """Lines of module-level statements that enqueue (not under ``if __name__ == ...``)."""
+    import ast
+
+    found = []
+    for statement in ast.parse(code).body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(statement, ast.If) and "__name__" in ast.unparse(statement.test):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ENQUEUE_CALLS:
+                found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_a_worker_imports_enqueue_nothing_at_import(page: Path) -> None:
+    """A ``# NAME.py`` block is a module ``leaseq worker NAME:app`` imports: an enqueue at
+    its top level runs again at every worker start (and in every ``--processes`` child)."""
+    for block in parse(page):
+        if block.lang in PYTHON and block.fragment is None \
+                and MODULE.match(block.code.splitlines()[0] if block.code.strip() else ""):
+            lines = import_time_enqueues(block.code)
+            assert not lines, (f"{block.where}: enqueues at import (lines {lines} of the "
+                               "block): move them under if __name__ == '__main__' or into "
+                               "a producer script")
+
+
+# What a page uses -> the extras that provide it, the one to name first. A flag counts
+# anywhere on the page (prose shows flags too); a command or call only in its code blocks.
+NEEDS_EXTRA = {
+    "--metrics-port": ("metrics", "dashboard", "all"),
+    "leaseq dashboard": ("dashboard", "all"),
+    "leaseq.tracing.instrument(": ("otel", "all"),
+}
+EXTRAS = re.compile(r"\[([\w,]+)\]'?")
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name != "design.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_pages_name_the_extra_of_every_flag_they_use(page: Path) -> None:
+    """A page that shows ``--metrics-port`` says which extra it needs: installed without
+    it, the worker exits at start (a crash loop under ``Restart=always``)."""
+    text = page.read_text(encoding="utf-8")
+    code = "".join(block.code for block in parse(page))
+    named = {extra for group in EXTRAS.findall(text) for extra in group.split(",")}
+    for use, extras in NEEDS_EXTRA.items():
+        if use in (text if use.startswith("--") else code):
+            assert named & set(extras), f"{page.name} uses {use}: name the {extras[0]!r} extra"

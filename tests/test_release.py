@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import urllib.request
 import venv
 from collections.abc import Iterator
@@ -49,14 +48,6 @@ def run(argv: list[str], cwd: Path, timeout: float = 300) -> str:
                                if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LEASEQ_URL")})
     assert done.returncode == 0, f"{argv}\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sdist and the wheel, the wheel built from the unpacked sdist."""
-    out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,23 @@ It reads and acts through ``AsyncQueue`` only, so it works on every backend. Nee
 ``dashboard`` extra (``pip install 'leaseq[dashboard]'``). See docs/dashboard.md.
 """
 
-from leaseq.dashboard.app import create_app, redact_url
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from leaseq.dashboard.serve import running
 
+if TYPE_CHECKING:
+    from leaseq.dashboard.app import create_app, redact_url
+
 __all__ = ["create_app", "redact_url", "running"]
+
+
+def __getattr__(name: str) -> Any:
+    # app.py needs starlette (the dashboard extra); loaded on first use so that every
+    # `leaseq` command, which reads security.py's limits at start, runs without it.
+    if name in ("create_app", "redact_url"):
+        from leaseq.dashboard import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
