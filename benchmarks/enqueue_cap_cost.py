@@ -1,5 +1,5 @@
 """What ``max_queues`` costs an enqueue into a queue that already counts (design
-§NN-seeds-b): none, the feature off, and a cap set, each as µs per ``Queue.enqueue``.
+§44): none, the feature off, and a cap set, each as µs per ``Queue.enqueue``.
 
     .venv/bin/python benchmarks/enqueue_cap_cost.py URL [--main]
 

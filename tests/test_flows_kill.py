@@ -11,7 +11,7 @@ follow-up would leave a step missing, a duplicated one a step twice); the chain'
 result is 1,000; each callback exists once, ran, and got its members' results in member
 order; a job's runs each had a lease of their own.
 
-On Redis Cluster a step's ack is three calls (docs/design.md §NN-cluster-flows); the
+On Redis Cluster a step's ack is three calls (docs/design.md §45); the
 cluster tests here stop a client between them and check that reclaim, racing processes
 and repeated acks finish what it left exactly once.
 """

@@ -276,7 +276,7 @@ class FlowResult:
 class _Lag:
     """How long ``FlowResult.wait`` waits out a follow-up that is not recorded or written
     yet: on Redis Cluster a step's completion and its follow-up are separate calls, and
-    reclaim finishes them after a crash (docs/design.md §NN-cluster-flows). Elsewhere it
+    reclaim finishes them after a crash (docs/design.md §45). Elsewhere it
     never happens, and the ``JobNotFound`` is raised after ``LIMIT`` seconds."""
 
     LIMIT = 30.0

@@ -1,4 +1,4 @@
-"""Refusing query parameters a backend does not know (design §NN-seeds-b).
+"""Refusing query parameters a backend does not know (design §44).
 
 A misspelt option (``?wait_replica=1``, ``?keepalive_idle=5``) must not be dropped in
 silence, nor escape as a driver's ``TypeError`` at the first connect: every backend checks

@@ -89,7 +89,7 @@ WATCH_TICK = 0.02
 """MySQL/MariaDB, which has no push wake-up: how often (±20 %) the one idle worker holding
 its queues' turn claims while idle, so that a job enqueued elsewhere, or coming due, starts
 within about this long; the other idle workers poll at their poll interval (design
-§NN-mysql-wake)."""
+§42)."""
 DUE_MARGIN = 0.0005
 """Slept past a job's due time, so that the claim after the sleep finds it due (timers may
 fire a little early)."""
@@ -546,7 +546,7 @@ class Worker:
             if self._turn.active:
                 idle = self.poll_interval
             # MySQL/MariaDB sends no wake-up: its turn's holder claims every WATCH_TICK
-            # instead, and alone (design §NN-mysql-wake).
+            # instead, and alone (design §42).
             watching = self._watches and self._turn.holding
             if watching:
                 idle = min(WATCH_TICK, self.poll_interval)

@@ -787,7 +787,7 @@ class RedisOps:
     ) -> Plan[bool]:
         """A flow step's ack on Redis Cluster, where the job's queue, the flow (``{P}``)
         and the next job's queue lie in different slots (docs/design.md
-        §NN-cluster-flows): ``complete_handoff.lua`` completes the job and records a
+        §45): ``complete_handoff.lua`` completes the job and records a
         handoff in its queue's slot, atomically; ``hand_off`` then applies it to the flow
         and writes what follows, each call idempotent, so a crash anywhere after the first
         leaves a handoff that a repeated ack or ``reclaim`` finishes exactly once."""

@@ -53,7 +53,7 @@
 --   {P:Q}:handoff          HASH    Redis Cluster only, outside the GROUP: job id -> "<µs>
 --                                  <leaseq-flow header> <optional result>" of each completed
 --                                  flow step whose follow-up is not known to be enqueued
---                                  yet (complete_handoff.lua; docs/design.md §NN-cluster-flows)
+--                                  yet (complete_handoff.lua; docs/design.md §45)
 --   {P:Q}:void             HASH    Redis Cluster only, outside the GROUP: job id -> µs, ids
 --                                  whose abandoned global key reservation was taken over
 --                                  (void.lua); enqueue.lua never writes them

@@ -1,5 +1,5 @@
 -- complete_handoff (Redis Cluster only; ack of a job in a chain or group): the first of
--- the cluster's flow steps (ops.complete_step_sliced; docs/design.md §NN-cluster-flows).
+-- the cluster's flow steps (ops.complete_step_sliced; docs/design.md §45).
 -- Completes the job as complete.lua does and, in the same script (the job's queue slot),
 -- records a handoff: the promise that the flow learns of this completion and that what
 -- follows is enqueued. flow_step.lua (the {P} slot) and enqueue_step.lua (the next

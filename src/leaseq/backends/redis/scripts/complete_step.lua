@@ -16,7 +16,7 @@
 --
 -- Not on Redis Cluster, where the job's queue, the {P} keys, the flow and the next queue
 -- lie in different slots: there complete_handoff.lua, flow_step.lua and enqueue_step.lua
--- do this in three calls (docs/design.md §NN-cluster-flows).
+-- do this in three calls (docs/design.md §45).
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP
 -- then {P}:ids, {P}:index, {P}:queues, {P}:flow:<id>, and the GROUP of the queue of the

@@ -1,5 +1,5 @@
 -- enqueue_step (Redis Cluster only): the last of the cluster's flow steps, in the next
--- job's queue slot (docs/design.md §NN-cluster-flows). Writes the job that follows a
+-- job's queue slot (docs/design.md §45). Writes the job that follows a
 -- completed flow step under the id flow_step.lua handed out for it, unless a job with
 -- that id exists already: the id is the fence, handed out once per flow step, so
 -- however often a handoff is finished only one job is written. With the completed

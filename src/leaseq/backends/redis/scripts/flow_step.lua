@@ -1,5 +1,5 @@
 -- flow_step (Redis Cluster only): the second of the cluster's flow steps, in the {P} slot
--- (docs/design.md §NN-cluster-flows). Applies one completed step (complete_handoff.lua
+-- (docs/design.md §45). Applies one completed step (complete_handoff.lua
 -- recorded it) to its flow hash, as complete_step.lua does on one server, and hands out
 -- and indexes the id of the job that follows, which enqueue_step.lua then writes under
 -- that id. Idempotent, keyed by the flow step: a chain's step idx is applied once
