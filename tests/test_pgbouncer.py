@@ -499,3 +499,34 @@ def test_session_pooling_works_as_before_with_push(
         waiter.join(25)
         assert time.monotonic() - sent < 1.0
     assert [job.id for job in got[0]] == [job_id]
+
+
+def test_pgbouncer_true_leaves_no_prepared_statement_on_its_sessions(prefix: str) -> None:
+    """Deterministic: ``pgbouncer=true`` straight on the server, one pooled connection, so
+    every statement leaseq ran lives in one session whose ``pg_prepared_statements`` the
+    test reads afterwards. psycopg prepares a statement on its fifth run (its
+    ``prepare_threshold``): twelve rounds of every hot operation pass that many times over.
+    A direct client without the flag, same work, same session count, does prepare: the
+    check can fail."""
+    def prepared_after_work(url: str) -> int:
+        queue = leaseq.connect(url, table_prefix=prefix, reclaim_interval=None, pool_size=1)
+        try:
+            queue.migrate()
+            for i in range(12):
+                queue.enqueue("prep", {"i": i}, unique_key=f"k{i}")
+                queue.enqueue_many([{"queue": "prep", "payload": i}])
+                for job in queue.dequeue("prep", worker_id="w", limit=2):
+                    queue.heartbeat(job)
+                    queue.ack(job, {"ok": i})
+                queue.stats()
+            runner = queue._backend.runner  # type: ignore[attr-defined]
+            with runner.pool.connection() as conn:  # the one session that ran all of it
+                (count,) = conn.execute("SELECT count(*) FROM pg_prepared_statements"
+                                        ).fetchone()
+            return int(count)
+        finally:
+            queue.close()
+
+    flagged = f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}pgbouncer=true"
+    assert prepared_after_work(flagged) == 0
+    assert prepared_after_work(POSTGRES_URL) > 0
