@@ -98,3 +98,40 @@ def test_missing_driver_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delitem(sys.modules, "leaseq.backends.postgres.driver", raising=False)
     with pytest.raises(leaseq.ConfigurationError, match=r"leaseq\[postgres\]"):
         leaseq.connect(POSTGRES_URL)
+
+
+def test_outcome_unknown_is_backend_unavailable_and_names_its_operation() -> None:
+    import pickle
+
+    error = leaseq.OutcomeUnknown("reply lost", operation="nack")
+    assert isinstance(error, leaseq.BackendUnavailable)
+    assert isinstance(error, leaseq.BackendError)
+    copy = pickle.loads(pickle.dumps(error))  # crosses process pools as it is
+    assert (type(copy), str(copy), copy.operation) == (leaseq.OutcomeUnknown, "reply lost",
+                                                        "nack")
+
+
+def test_one_retry_policy_for_every_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """backends/_retry.py decides for the SQL and Redis runners, sync and async alike."""
+    from leaseq.backends import _retry
+
+    conflicts = _retry.Tries()
+    pauses = [conflicts.after(conflict=True) for _ in range(_retry.RETRIES)]
+    assert all(p is not None and not p.reconnect for p in pauses[:-1])
+    assert pauses[-1] is None  # RETRIES tries in all
+    # A dropped connection: repeated only when safe, or when nothing was applied.
+    assert _retry.Tries().after(dropped=True) is None
+    assert _retry.Tries().after(dropped=True, idempotent=True) == _retry.Pause(0.05, True)
+    assert _retry.Tries().after(unapplied=True) == _retry.Pause(0.05, True)
+    dropped = _retry.Tries()
+    seen = [dropped.after(dropped=True, idempotent=True) for _ in range(_retry.RECONNECTS + 1)]
+    assert [p.seconds for p in seen if p] == [0.05 * 2**n for n in range(_retry.RECONNECTS)]
+    assert seen[-1] is None
+    late = _retry.Tries(began=0.0)  # a call older than the window: no new try
+    assert late.after(dropped=True, idempotent=True) is None
+    from leaseq.backends._sql import runner
+    from leaseq.backends.redis import driver
+
+    # No runner keeps a copy of the numbers: one place decides.
+    for module in (runner, driver):
+        assert not hasattr(module, "RECONNECT_WINDOW") and not hasattr(module, "RETRIES")

@@ -29,12 +29,11 @@ from pathlib import Path
 import pytest
 
 import leaseq
-from leaseq.backends._sql import runner as sql_runner
+from leaseq.backends import _retry as retry_policy
 from leaseq.backends.mysql.driver import MysqlDialect
 from leaseq.backends.postgres.driver import PostgresDialect
-from leaseq.backends.redis import driver as redis_driver
 from leaseq.backends.redis.lua import SCRIPTS
-from leaseq.errors import BackendUnavailable
+from leaseq.errors import BackendUnavailable, OutcomeUnknown
 from leaseq.worker.completer import Completer
 from tests.conftest import require
 from tests.helpers import POSTGRES_URL, backend_url, drop_tables, new_prefix, wait_for
@@ -160,8 +159,7 @@ def retries(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Who retries the lost ack: leaseq itself (a repeatable operation, on a fresh
     connection), or, with leaseq's reconnect budget at 0, the caller."""
     if request.param == "caller":
-        monkeypatch.setattr(sql_runner, "RECONNECTS", 0)
-        monkeypatch.setattr(redis_driver, "RECONNECTS", 0)
+        monkeypatch.setattr(retry_policy, "RECONNECTS", 0)
     return str(request.param)
 
 
@@ -269,8 +267,10 @@ def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id
 
     try:
         rule = proxy.drop_reply(**enqueue_commit(backend, min(keys), keyed=True), then=stored)
-        with pytest.raises(BackendUnavailable, match="outcome is unknown"):
+        with pytest.raises(OutcomeUnknown, match="outcome is unknown") as lost:
             enqueue()  # leaseq does not repeat an enqueue by itself
+        assert lost.value.operation == ("enqueue_many" if many else "enqueue")
+        assert isinstance(lost.value, BackendUnavailable)
         assert rule.matched == 1, f"the pattern never matched ({proxy.stats})"
         assert proxy.stats.replies_dropped == 1
         assert len(live) == 1 and len(live[0]) == len(keys), live  # it did commit
@@ -317,8 +317,9 @@ def test_s6_a_lost_enqueue_reply_retried_with_its_unique_key_returns_the_same_id
             await client.stats()  # connected (and, on Redis, checked) before the fault
             proxy.drop_reply(**enqueue_commit(backend, key, keyed=True),
                              then=lambda: live.append([j.id for j in direct.peek(QUEUE)]))
-            with pytest.raises(BackendUnavailable, match="outcome is unknown"):
+            with pytest.raises(OutcomeUnknown, match="outcome is unknown") as lost:
                 await client.enqueue(QUEUE, {"k": key}, unique_key=key)
+            assert lost.value.operation == "enqueue"
             return await client.enqueue(QUEUE, {"k": key}, unique_key=key)
         finally:
             await client.close()
@@ -361,8 +362,7 @@ def test_s6_the_worker_stops_trying_a_failed_ack_when_its_lease_ends(
 ) -> None:
     """The worker's completer tries a failed ack again only while the lease lasts (here
     0.5 s): then the job learns of the failure, and its lease will expire."""
-    monkeypatch.setattr(sql_runner, "RECONNECTS", 0)
-    monkeypatch.setattr(redis_driver, "RECONNECTS", 0)
+    monkeypatch.setattr(retry_policy, "RECONNECTS", 0)
     job_id = direct.enqueue(QUEUE, {"n": 1}).id
     outcomes: list[bool | BaseException] = []
 
@@ -395,7 +395,7 @@ def test_s6_the_worker_stops_trying_a_failed_ack_when_its_lease_ends(
 
 # A worker process with leaseq's reconnect budget at 0: the first failed write reaches the
 # worker itself (what an outage longer than the budget, about 3 s, looks like).
-NO_RECONNECTS = ("import runpy; import leaseq.backends._sql.runner as r; r.RECONNECTS = 0; "
+NO_RECONNECTS = ("import runpy; import leaseq.backends._retry as r; r.RECONNECTS = 0; "
                  "runpy.run_module('leaseq.cli', run_name='__main__')")
 
 

@@ -8,6 +8,8 @@ they cannot drift apart. Queue settings stored in the database are cached per cl
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import logging
 import os
 import socket
@@ -45,6 +47,7 @@ from leaseq.errors import (
     InvalidArgument,
     JobCancelled,
     LeaseLost,
+    OutcomeUnknown,
     TouchLimitExceeded,
 )
 
@@ -124,10 +127,53 @@ def _check_setting(name: str, value: object) -> int | float:
     return _duration(name, value, positive)
 
 
+WRITES = ("migrate", "enqueue", "enqueue_many", "dequeue", "heartbeat", "heartbeat_many",
+          "ack", "ack_many", "nack", "nack_many", "release", "bury", "kick", "retry",
+          "discard", "cancel", "configure_queue", "configure_server", "pause", "resume",
+          "reclaim", "prune")
+"""The public methods that write: an ``OutcomeUnknown`` raised inside one carries its
+name (``names_outcome``)."""
+
+
+def names_outcome(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, naming itself in an ``OutcomeUnknown`` raised below it: the backends
+    raise it where a reply is lost, knowing only their own operation (``fail``, not
+    ``nack``). One frame more per call, and only for these methods."""
+    name = method.__name__
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def named_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(*args, **kwargs)
+            except OutcomeUnknown as exc:
+                exc.operation = exc.operation or name
+                raise
+
+        return named_async
+
+    @functools.wraps(method)
+    def named(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except OutcomeUnknown as exc:
+            exc.operation = exc.operation or name
+            raise
+
+    return named
+
+
 class Shared:
     """Validation, encoding and defaults shared by both clients."""
 
     _result_waiter: ResultWaiter  # set by each client: what its EnqueueResults wait with
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Each client's writes name themselves in an OutcomeUnknown (``names_outcome``):
+        # one list here instead of a decorator to keep in step on both clients.
+        super().__init_subclass__(**kwargs)
+        for name in WRITES:
+            if name in cls.__dict__:
+                setattr(cls, name, names_outcome(cls.__dict__[name]))
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url

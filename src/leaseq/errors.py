@@ -19,7 +19,8 @@
     ├── ResultNotReady                         ``result()`` of a job that has not finished yet
     └── BackendError                           the database misbehaved
         ├── BackendUnavailable                 cannot connect, or the connection dropped
-        │   └── AuthenticationFailed           wrong user or password
+        │   ├── AuthenticationFailed           wrong user or password
+        │   └── OutcomeUnknown                 a write's reply was lost: it may have committed
         ├── NotReplicated                      written on the Redis primary, too few replicas
         │                                      confirmed it in time (``wait_replicas``)
         ├── SchemaMissing                      tables absent: run ``leaseq migrate``
@@ -160,6 +161,26 @@ class BackendUnavailable(BackendError):
 
 class AuthenticationFailed(BackendUnavailable):
     """The database refused the credentials in the URL."""
+
+
+class OutcomeUnknown(BackendUnavailable):
+    """A write was sent and its connection dropped before the reply came: it may or may
+    not have committed. ``operation`` names the public method (``"enqueue"``, ``"ack"``,
+    ``"nack"``, ...); docs/reliability.md says for each whether repeating it is safe.
+    leaseq repeats the safe ones itself before raising this; an enqueue is safe to repeat
+    only with a ``unique_key`` (the repeat returns the job the first call made).
+
+    Attributes:
+        operation: The public method whose outcome is unknown; empty when the write was
+            not made through one.
+    """
+
+    def __init__(self, message: str, operation: str = "") -> None:
+        super().__init__(message)
+        self.operation = operation
+
+    def __reduce__(self) -> tuple[type[OutcomeUnknown], tuple[str, str]]:
+        return type(self), (str(self), self.operation)
 
 
 class SchemaMissing(BackendError):

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from leaseq.backends import _sockets
-from leaseq.backends._sql.runner import RECONNECT_WINDOW
+from leaseq.backends._retry import RECONNECT_WINDOW
 from leaseq.worker.worker import SHUTDOWN_SLACK
 from tests import netns
 from tests.chaos.harness import ROOT, Chaos

@@ -15,7 +15,7 @@ from typing import Any
 
 from leaseq._core.job import JobState
 from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, StepItem
-from leaseq.errors import BackendUnavailable, LeaseqError
+from leaseq.errors import BackendUnavailable, LeaseqError, OutcomeUnknown
 
 REPEATABLE = frozenset({
     # Safe to run again on a fresh connection after the reply was lost: a claim's jobs come
@@ -41,9 +41,11 @@ READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "s
 
 def outcome_unknown(error: LeaseqError) -> LeaseqError:
     """``error``, raised for a write that is not repeated after a dropped connection, as
-    a ``BackendUnavailable`` that says the write may have committed."""
+    an ``OutcomeUnknown``: the write may have committed. The client names the public
+    operation (``_shared.names_outcome``)."""
     if type(error) is BackendUnavailable:
-        return BackendUnavailable(f"{error}{UNKNOWN}")
+        unknown = OutcomeUnknown(f"{error}{UNKNOWN}")
+        return unknown
     return error
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -19,22 +18,23 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 from leaseq.backends._plans import outcome_unknown
+from leaseq.backends._retry import Pause, Tries
 from leaseq.backends._sql.plan import Plan, PlanFactory, Result, Stmt, drive
 from leaseq.errors import BackendError, BackendUnavailable, LeaseqError
 
 T = TypeVar("T")
 C = TypeVar("C")
-RETRIES = 12
-# After a dropped connection, an idempotent operation is retried this many times on a
-# fresh connection, pausing 50 ms doubling (about 3 s in all: a database restart).
-RECONNECTS = 6
-RECONNECT_WINDOW = 3.5
-"""...but no new try once this many seconds have passed since the first (the pauses
-above add up to 3.15 s): a connection that died silently took up to
-``_sockets.DETECTION`` seconds to say so, and more tries into a dead network would only
-stretch the call, each waiting up to ``connect_timeout`` for a connection. So a call on a
-dead network fails within about ``RECONNECT_WINDOW`` + ``max(DETECTION, connect_timeout)``
-seconds (design §37)."""
+
+
+def next_try(runner: SyncRunner | AsyncRunner, tries: Tries, exc: BaseException,
+             idempotent: bool) -> Pause | None:
+    """The one policy (``backends/_retry.py``) over the driver's verdict on ``exc``. Only
+    an operation that is safe to repeat (a read, a claim, a fenced ack or renewal) is
+    retried when the connection dropped mid-call: a plain enqueue might have committed,
+    and repeating it would duplicate the job. One the server refused outright
+    (unapplied) changed nothing and is repeated too."""
+    return tries.after(conflict=runner.retryable(exc), dropped=runner.disconnected(exc),
+                       unapplied=runner.unapplied(exc), idempotent=idempotent)
 
 
 def failed(runner: SyncRunner | AsyncRunner, exc: BaseException,
@@ -43,12 +43,6 @@ def failed(runner: SyncRunner | AsyncRunner, exc: BaseException,
     dropped, an error that says its outcome is unknown."""
     error = runner.translate(exc)
     return outcome_unknown(error) if unrepeated_write and runner.disconnected(exc) else error
-
-
-def retry_pause(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): 2 ms doubling to 0.5 s, with full
-    jitter so that transactions that deadlocked together do not collide again."""
-    return random.uniform(0, min(0.5, 0.002 * 2**attempt))
 
 
 class SyncRunner(ABC):
@@ -79,29 +73,19 @@ class SyncRunner(ABC):
         self, factory: PlanFactory[T], write: bool, single: bool = False,
         idempotent: bool = False,
     ) -> T:
-        attempt = reconnects = 0
-        began = time.monotonic()
+        tries = Tries()
         while True:
-            attempt += 1
             try:
                 return self.run_once(factory(), write, single)
             except LeaseqError:
                 raise
             except Exception as exc:
-                if attempt < RETRIES and self.retryable(exc):
-                    time.sleep(retry_pause(attempt))
-                    continue
-                # Only an operation that is safe to repeat (a read, a claim, a fenced ack or
-                # renewal) is retried when the connection dropped mid-call: a plain enqueue
-                # might have committed, and repeating it would duplicate the job. One the
-                # server refused outright (unapplied) changed nothing and is repeated too.
-                if (reconnects < RECONNECTS and time.monotonic() - began < RECONNECT_WINDOW
-                        and (self.unapplied(exc) or (idempotent and self.disconnected(exc)))):
-                    reconnects += 1
+                pause = next_try(self, tries, exc, idempotent)
+                if pause is None:
+                    raise failed(self, exc, write and not idempotent) from exc
+                if pause.reconnect:
                     self.recover()
-                    time.sleep(0.05 * 2 ** (reconnects - 1))
-                    continue
-                raise failed(self, exc, write and not idempotent) from exc
+                time.sleep(pause.seconds)
 
     def disconnected(self, exc: BaseException) -> bool:
         """True when ``exc`` says the connection to the server was lost."""
@@ -230,27 +214,20 @@ class AsyncRunner(ABC):
             except Exception as exc:
                 raise self.translate(exc) from exc
         else:
-            attempt = reconnects = 0
-            began = time.monotonic()
+            tries = Tries()
             while True:
-                attempt += 1
                 try:
                     result = await self.run_once(factory(), write, single)
                     break
                 except LeaseqError:
                     raise
                 except Exception as exc:
-                    if attempt < RETRIES and self.retryable(exc):
-                        await asyncio.sleep(retry_pause(attempt))
-                        continue
-                    if (reconnects < RECONNECTS and time.monotonic() - began < RECONNECT_WINDOW
-                            and (self.unapplied(exc)
-                                 or (idempotent and self.disconnected(exc)))):
-                        reconnects += 1  # see SyncRunner.run_retrying
+                    pause = next_try(self, tries, exc, idempotent)
+                    if pause is None:
+                        raise failed(self, exc, write and not idempotent) from exc
+                    if pause.reconnect:
                         await self.recover()
-                        await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
-                        continue
-                    raise failed(self, exc, write and not idempotent) from exc
+                    await asyncio.sleep(pause.seconds)
         return after(result) if after else result
 
     @staticmethod

@@ -44,6 +44,7 @@ from leaseq._core import redact
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
+from leaseq.backends._retry import RECONNECTS, Tries
 from leaseq.backends._urls import refuse_unknown
 from leaseq.backends.redis.durability import (
     OPTIONS,
@@ -75,12 +76,6 @@ from leaseq.errors import (
 
 T = TypeVar("T")
 PlanFactory = Callable[[], Plan[T]]
-RECONNECTS = 6  # pauses of 50 ms doubling: about 3 s in all
-RECONNECT_WINDOW = 3.5
-"""No new try once this many seconds have passed since the first (the pauses add up to
-3.15 s): the reconnects are for a restart or a failover, and a connection that died
-silently took up to ``_sockets.DETECTION`` seconds to say so; more tries would only
-stretch the call (as ``leaseq.backends._sql.runner.RECONNECT_WINDOW``)."""
 SOCKET_TIMEOUT = 15.0
 """Seconds a command may wait for its reply (``socket_timeout`` in the URL overrides it):
 it ends a connection whose server went silent while its kernel still acknowledges (a
@@ -219,8 +214,7 @@ class SyncRunner:
         self.client = redis.Redis(connection_pool=self.pool)
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> T:
-        reconnects = 0
-        began = time.monotonic()
+        tries = Tries()
         while True:
             try:
                 if self.durability is None:
@@ -229,12 +223,11 @@ class SyncRunner:
             except LeaseqError:
                 raise
             except FAILURES as exc:
-                if (idempotent and reconnects < RECONNECTS and disconnected(exc)
-                        and time.monotonic() - began < RECONNECT_WINDOW):
-                    reconnects += 1
-                    time.sleep(0.05 * 2 ** (reconnects - 1))
-                    continue
-                raise failed(exc, self.where, idempotent) from exc
+                # The one policy (backends/_retry.py); redis-py retries nothing itself.
+                pause = tries.after(dropped=disconnected(exc), idempotent=idempotent)
+                if pause is None:
+                    raise failed(exc, self.where, idempotent) from exc
+                time.sleep(pause.seconds)
 
     def command(self, *args: Any) -> Any:
         return self.client.execute_command(*args)
@@ -359,8 +352,7 @@ class AsyncRunner:
         return self._run(factory, idempotent)
 
     async def _run(self, factory: PlanFactory[T], idempotent: bool) -> T:
-        reconnects = 0
-        began = time.monotonic()
+        tries = Tries()
         while True:
             try:
                 if not self.checked:
@@ -373,12 +365,10 @@ class AsyncRunner:
             except LeaseqError:
                 raise
             except FAILURES as exc:
-                if (idempotent and reconnects < RECONNECTS and disconnected(exc)
-                        and time.monotonic() - began < RECONNECT_WINDOW):
-                    reconnects += 1
-                    await asyncio.sleep(0.05 * 2 ** (reconnects - 1))
-                    continue
-                raise failed(exc, self.where, idempotent) from exc
+                pause = tries.after(dropped=disconnected(exc), idempotent=idempotent)
+                if pause is None:
+                    raise failed(exc, self.where, idempotent) from exc
+                await asyncio.sleep(pause.seconds)
 
     async def take_slot(self, slots: asyncio.Semaphore) -> None:
         """One of the cluster client's ``pool_size`` slots, waiting up to
