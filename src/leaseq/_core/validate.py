@@ -30,6 +30,14 @@ MAX_TRACEBACK = 16384
 INT32 = (-(2**31), 2**31 - 1)
 MAX_ATTEMPTS = 1_000_000  # a job's max_attempts, and a queue's
 MAX_SECONDS = 10 * 365 * 86400  # any duration: ten years, beyond that it is a mistake
+MAX_DEPTH = 64
+"""Most levels of nesting in a payload, a result or an error detail: the number of arrays
+and objects inside one another (a scalar is 0; ``[]``, ``[1]`` and ``{"a": 1}`` are 1;
+``[[1]]`` is 2). Deeper values raise ``InvalidArgument`` with nothing written, from every
+entry: ``enqueue``, ``enqueue_many``, tasks, ``ack``'s result, ``nack``'s error detail,
+the dashboard's enqueue and the SQL routines (``<prefix>enqueue``). Every reader of a job
+(a handler, a renderer, a re-encode) can then recurse over it without running out of
+stack, which Python's ``json`` does at about 1,000 levels (docs/design.md §52)."""
 
 
 # Names already checked: a producer names the same few queues again and again. Bounded, so
@@ -60,17 +68,34 @@ def queue_names(names: str | Sequence[str]) -> list[str]:
     return checked
 
 
-def _string_keys(value: Any, depth: int = 0) -> None:
-    """JSON would silently turn ``{1: "a"}`` into ``{"1": "a"}``: refuse such keys."""
+_NESTED = (dict, list, tuple)  # what json writes as objects and arrays: what the walk enters
+
+
+class _TooDeep(Exception):
+    """Raised by ``_string_keys`` past ``MAX_DEPTH``; ``encode`` names the value."""
+
+
+def _string_keys(value: Any, depth: int = 1) -> None:
+    """Refuses what JSON would not give back as it went in (``{1: "a"}`` would come back
+    as ``{"1": "a"}``) and nesting past ``MAX_DEPTH``; ``depth`` is ``value``'s own level
+    when it is an array or object.
+
+    The depth check lives in this walk, which every encode makes anyway: no second pass,
+    and the walk stops at level 65 whatever lies below, so no value can take it (or
+    ``json.dumps`` after it) into a ``RecursionError``."""
     if isinstance(value, dict):
+        if depth > MAX_DEPTH:
+            raise _TooDeep
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"dict key {key!r} is not a string")
-            if isinstance(item, (dict, list)):
+            if isinstance(item, _NESTED):
                 _string_keys(item, depth + 1)
-    elif isinstance(value, list) and depth < 500:  # json.dumps reports deeper nesting
+    elif isinstance(value, (list, tuple)):  # json writes a tuple as an array
+        if depth > MAX_DEPTH:
+            raise _TooDeep
         for item in value:
-            if isinstance(item, (dict, list)):
+            if isinstance(item, _NESTED):
                 _string_keys(item, depth + 1)
 
 
@@ -78,13 +103,20 @@ _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(","
 
 
 def encode(value: Any, cap: int, what: str = "payload") -> str:
-    """Encode to compact JSON, refusing what would not come back as it went in."""
+    """Encode to compact JSON, refusing what would not come back as it went in
+    (``PayloadNotSerializable``), what nests deeper than ``MAX_DEPTH``
+    (``InvalidArgument``) and what is larger than ``cap`` bytes (``PayloadTooLarge``)."""
     try:
         _string_keys(value)
         text = _ENCODER.encode(value)
         # ASCII text is its own UTF-8; anything else is encoded to count its bytes and to
         # refuse lone surrogates, which no database stores.
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except _TooDeep:
+        raise InvalidArgument(
+            f"{what} nests arrays and objects more than MAX_DEPTH={MAX_DEPTH} levels deep; "
+            "flatten it"
+        ) from None
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
         raise PayloadNotSerializable(
             f"{what} is not JSON-serialisable ({exc}); use dicts with string keys, lists, "
