@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from leaseq._core.job import Undecodable
 from leaseq.errors import (
     InvalidArgument,
     InvalidQueueName,
@@ -35,9 +36,10 @@ MAX_DEPTH = 64
 and objects inside one another (a scalar is 0; ``[]``, ``[1]`` and ``{"a": 1}`` are 1;
 ``[[1]]`` is 2). Deeper values raise ``InvalidArgument`` with nothing written, from every
 entry: ``enqueue``, ``enqueue_many``, tasks, ``ack``'s result, ``nack``'s error detail,
-the dashboard's enqueue and the SQL routines (``<prefix>enqueue``). Every reader of a job
-(a handler, a renderer, a re-encode) can then recurse over it without running out of
-stack, which Python's ``json`` does at about 1,000 levels (docs/design.md §52)."""
+the dashboard's enqueue and the SQL routines (``<prefix>enqueue``; on MariaDB, whose JSON
+functions read 31 levels, the procedure's limit is 31). Every reader of a job (a handler,
+a renderer, a re-encode) can then recurse over it without running out of stack, which
+Python's ``json`` does at about 1,000 levels (docs/design.md §52)."""
 
 
 # Names already checked: a producer names the same few queues again and again. Bounded, so
@@ -134,6 +136,9 @@ _DECODER = json.JSONDecoder()
 
 
 def decode(text: str | bytes | None) -> Any:
+    """JSON text as leaseq stored it, decoded; raises ``ValueError`` for text that is not
+    JSON and ``RecursionError`` for nesting past about 1,000 levels. Reads of stored jobs
+    use ``stored`` and ``claimed``, which never raise."""
     if text is None:
         return None
     if isinstance(text, str):
@@ -146,6 +151,52 @@ def decode(text: str | bytes | None) -> Any:
         if end == len(text):
             return value
     return json.loads(text)
+
+
+def stored(text: str | bytes | None) -> Any:
+    """A stored value as a read shows it (``get``, ``jobs``, ``peek``, history): decoded,
+    or an ``Undecodable`` in its place. Never raises, so one bad row breaks no listing.
+    A value deeper than ``MAX_DEPTH`` that the decoder reads is returned as stored."""
+    try:
+        return decode(text)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        return _undecodable(text, exc)
+
+
+def claimed(payload: str | bytes, headers: str | bytes | None) -> tuple[Any, Any]:
+    """A claimed job's payload and headers, decoded; never raises inside a claim.
+
+    When the payload does not decode, or the headers do not decode to an object of
+    strings, the payload is an ``Undecodable`` that names which and the headers are None:
+    the client buries the job instead of handing it out (``Backend.claim``). Only what
+    the decoder cannot read counts; a payload deeper than ``MAX_DEPTH`` that it reads is
+    handed out (a chain step's payload holds a result one level down), see design §52."""
+    try:
+        value = decode(payload)
+    except (ValueError, RecursionError) as exc:
+        return _undecodable(payload, exc, "payload "), None
+    if headers is None:
+        return value, None
+    try:
+        names = decode(headers)
+    except (ValueError, RecursionError) as exc:
+        return _undecodable(headers, exc, "headers "), None
+    if not isinstance(names, dict) or not all(isinstance(x, str) for x in names.values()):
+        return Undecodable("headers are not a JSON object of strings", _preview(headers)), None
+    return value, names
+
+
+def _undecodable(text: str | bytes | None, exc: BaseException, what: str = "") -> Undecodable:
+    if isinstance(exc, RecursionError):
+        return Undecodable(f"{what}nested too deep to decode ({exc})", _preview(text))
+    return Undecodable(f"{what}not JSON ({exc})", _preview(text))
+
+
+def _preview(text: str | bytes | None) -> str:
+    """The first 200 characters of stored text (bytes read as UTF-8, bad bytes replaced)."""
+    if isinstance(text, bytes):
+        return text[:800].decode("utf-8", "replace")[:200]
+    return str(text)[:200]
 
 
 def headers(value: object) -> str | None:
