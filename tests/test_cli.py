@@ -175,3 +175,22 @@ def test_queue_set_refuses_bad_values(run) -> None:  # type: ignore[no-untyped-d
     bad = run("queue", "set", "emails", "--jitter", "2")
     assert bad.returncode == 1 and "jitter" in bad.stderr
     assert json.loads(run("queue", "show", "emails", "--json").stdout)["jitter"] is None
+
+
+def test_get_and_jobs_show_stored_values_that_do_not_decode(run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A payload written by SQL that is not JSON, and one too deep to write back out:
+    ``get`` and ``jobs`` print them (design §52) instead of a traceback."""
+    from tests.helpers import plant
+
+    url = f"sqlite:///{tmp_path}/cli.db"
+    bad = json.loads(run("enqueue", "q", "1", "--json").stdout)["id"]
+    deep = json.loads(run("enqueue", "q", "2", "--json").stdout)["id"]
+    plant("sqlite", url, "leaseq_", bad, "payload", "not json")
+    plant("sqlite", url, "leaseq_", deep, "payload", "[" * 995 + "]" * 995)
+    shown = json.loads(run("get", str(bad), "--json").stdout)["payload"]
+    assert shown["preview"] == "not json" and "not JSON" in shown["undecodable"]
+    out = run("get", str(bad))
+    assert out.returncode == 0 and '"preview": "not json"' in out.stdout, out.stderr
+    for args in (("get", str(deep)), ("get", str(deep), "--json"), ("jobs", "--json")):
+        out = run(*args)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import leaseq
+from leaseq._core.validate import MAX_DEPTH
 from leaseq.errors import QueueFull, ValidationError
 from tests._processes import ROOT
 from tests.helpers import MYSQL_URL, PGBOUNCER_URL, POSTGRES_URL, wait_for
@@ -61,8 +62,11 @@ class SqlCaller:
 
     def enqueue(self, queue: Any, payload: Any, kind: Any = None, priority: Any = 0,
                 delay: Any = 0, unique_key: Any = None, max_attempts: Any = None,
-                commit: bool = True) -> int:
-        text = None if payload is None else json.dumps(payload)
+                commit: bool = True, text: str | None = None) -> int:
+        """``text``, when given, is the payload's JSON as sent (one json.dumps could
+        not write)."""
+        if text is None:
+            text = None if payload is None else json.dumps(payload)
         try:
             if self.pg:
                 ((job_id,),) = self.execute(
@@ -141,6 +145,7 @@ BAD = [
     ({"delay": 10 * 365 * 86400 + 1}, "delay"),
     ({"priority": None}, "priority"),
     ({"payload": "x" * (1024 * 1024)}, "payload"),
+    ({"payload": json.loads("[" * 65 + "]" * 65)}, "nests"),
 ]
 
 
@@ -157,6 +162,34 @@ def test_refuses_what_the_client_refuses(q: leaseq.Queue, sql: SqlCaller) -> Non
         assert f"{q.settings.table_prefix}enqueue: " in message and word in message, message
         assert getattr(raised.value, "sqlstate", "22023") == "22023"
     assert q.stats() == {}
+
+
+def nested(depth: int, leaf: str, kind: str) -> str:
+    """JSON text of ``depth`` arrays (or objects) around the JSON text ``leaf``."""
+    if kind == "list":
+        return "[" * depth + leaf + "]" * depth
+    return '{"k": ' * depth + leaf + "}" * depth
+
+
+def test_nesting_limit_at_its_boundary(q: leaseq.Queue, sql: SqlCaller) -> None:
+    """A payload at the limit goes in and comes back equal; one level more is refused
+    (SQLSTATE 22023, naming the limit) with nothing written, as deep as it goes. The
+    limit is the client's MAX_DEPTH (64) on PostgreSQL and MySQL, and 31 on MariaDB,
+    whose JSON functions read no deeper (docs/design.md §52)."""
+    (version,) = sql.execute("SELECT version()")[0]
+    mariadb = "MariaDB" in version
+    limit, word = (31, "MariaDB reads (31)") if mariadb else (MAX_DEPTH, "MAX_DEPTH=64")
+    for kind in ("list", "dict"):
+        # The leaf's own depth, and the empties that JSON_DEPTH counts differently.
+        for leaf, inner in (("1", 0), ("[]", 1), ("{}", 1), ('"[] {}"', 0), ("[1, {}]", 2)):
+            fits = nested(limit - inner, leaf, kind)
+            assert q.get(sql.enqueue("deep", None, text=fits)).payload == json.loads(fits)
+            for depth in (limit + 1, MAX_DEPTH + 1, 2000):
+                with pytest.raises(Exception) as raised:
+                    sql.enqueue("deep", None, text=nested(depth - inner, leaf, kind))
+                assert word in str(raised.value) and "nests" in str(raised.value)
+                assert getattr(raised.value, "sqlstate", "22023") == "22023"
+    assert q.stats()["deep"].available == 10
 
 
 def test_unique_key_returns_the_live_twin(q: leaseq.Queue, sql: SqlCaller) -> None:

@@ -99,7 +99,7 @@ def test_a_claim_updates_once_per_lease_and_reports_only_what_it_leased() -> Non
     assert (stmt.name, stmt.params["until"]) == ("claim_ids", 1060.0)
     with pytest.raises(StopIteration) as done:
         plan.send(Result([], 1))
-    jobs = done.value.value
+    jobs = ops.jobs(done.value.value)  # rows become jobs after the commit (SqlBackend)
     assert [(job.id, job.lease, job.lease_token, job.attempts) for job in jobs] == [(2, 60.0, 8, 1)]
     assert [(job.reserves, job.releases, job.timeouts) for job in jobs] == [(4, 1, 0)]
 

@@ -19,6 +19,7 @@ from leaseq._core.job import (
     QueueStats,
     ServerConfig,
     ServerStats,
+    Undecodable,
 )
 from leaseq._core.settings import Settings
 from leaseq.errors import (
@@ -126,6 +127,7 @@ __all__ = [
     "Task",
     "TooManyQueues",
     "TouchLimitExceeded",
+    "Undecodable",
     "ValidationError",
     "Worker",
     "chain",

@@ -42,6 +42,7 @@ from leaseq.errors import (
     InvalidArgument,
     JobCancelled,
     LeaseLost,
+    LeaseqError,
     NotReplicated,
     TouchLimitExceeded,
 )
@@ -163,9 +164,37 @@ class AsyncQueue(Shared):
                 await self._backend.reclaim(1000)
         await self._fresh_configs()  # which queues have limits
         if wait_s <= 0:
-            return await self._backend.claim(names, worker, lease_s, n, self.settings.lease,
-                                             self._limited)
+            return await self._claim(names, worker, lease_s, n)
         return await self._wait_for_jobs(names, worker, lease_s, n, time.monotonic() + wait_s)
+
+    async def _claim(
+        self, names: list[str], worker: str, lease: float | None, n: int
+    ) -> list[Job]:
+        """A claim, less the jobs that do not decode: those are buried
+        (``Shared._undecodable``)."""
+        try:
+            jobs = await self._backend.claim(names, worker, lease, n, self.settings.lease,
+                                             self._limited)
+        except NotReplicated as exc:  # the primary leased exc.result: the same holds
+            if isinstance(exc.result, list):
+                exc.result = await self._runnable(exc.result)
+            raise
+        return await self._runnable(jobs)
+
+    async def _runnable(self, jobs: list[Job]) -> list[Job]:
+        """See ``Queue._runnable``."""
+        bad = self._undecodable(jobs)
+        if not bad:
+            return jobs
+        failures: dict[int, Exception] = {}
+        for job_id, token, error, detail in bad:
+            try:
+                await self._backend.bury(job_id, token, error, None, detail)
+            except NotReplicated:
+                pass  # made on the primary, as the claim was
+            except LeaseqError as exc:
+                failures[job_id] = exc
+        return self._without_buried(jobs, bad, failures)
 
     async def _wait_for_jobs(
         self, names: list[str], worker: str, lease: float | None, n: int, deadline: float
@@ -212,8 +241,7 @@ class AsyncQueue(Shared):
         releases what it leased (attempts given back), so a cancelled wait strands
         nothing until its lease runs out."""
         await self._fresh_configs()
-        claim = asyncio.ensure_future(
-            self._backend.claim(names, worker, lease, n, self.settings.lease, self._limited))
+        claim = asyncio.ensure_future(self._claim(names, worker, lease, n))
         try:
             return await asyncio.shield(claim)
         except asyncio.CancelledError:

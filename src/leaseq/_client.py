@@ -44,6 +44,7 @@ from leaseq.errors import (
     InvalidArgument,
     JobCancelled,
     LeaseLost,
+    LeaseqError,
     NotReplicated,
     TouchLimitExceeded,
 )
@@ -227,8 +228,14 @@ class Queue(Shared):
     ) -> list[Job]:
         try:
             self._fresh_configs()  # which queues have limits
-            return self._backend.claim(names, worker, lease, n, self.settings.lease,
-                                       self._limited)
+            try:
+                jobs = self._backend.claim(names, worker, lease, n, self.settings.lease,
+                                           self._limited)
+            except NotReplicated as exc:  # the primary leased exc.result: the same holds
+                if isinstance(exc.result, list):
+                    exc.result = self._runnable(exc.result)
+                raise
+            return self._runnable(jobs)
         except Exception as exc:
             # close() from another thread shut the pool under this claim: the driver's
             # error (redis-py: a TypeError on the closed socket) means only that.
@@ -237,6 +244,22 @@ class Queue(Shared):
                     f"this leaseq client ({self.backend}) was closed during the call"
                 ) from exc
             raise
+
+    def _runnable(self, jobs: list[Job]) -> list[Job]:
+        """Claimed ``jobs`` less those that do not decode, which are buried
+        (``Shared._undecodable``)."""
+        bad = self._undecodable(jobs)
+        if not bad:
+            return jobs
+        failures: dict[int, Exception] = {}
+        for job_id, token, error, detail in bad:
+            try:
+                self._backend.bury(job_id, token, error, None, detail)
+            except NotReplicated:
+                pass  # made on the primary, as the claim was
+            except LeaseqError as exc:
+                failures[job_id] = exc
+        return self._without_buried(jobs, bad, failures)
 
     def _wait_for_jobs(
         self, names: list[str], worker: str, lease: float | None, n: int, deadline: float

@@ -37,6 +37,7 @@ from leaseq._core.job import (
     ResultWaiter,
     ServerConfig,
     ServerStats,
+    Undecodable,
 )
 from leaseq._core.settings import Settings
 from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome, StepItem
@@ -368,6 +369,35 @@ class Shared:
             v.integer("limit", limit, 1, 10_000),
             _duration("wait", wait, False),
         )
+
+    @staticmethod
+    def _undecodable(jobs: Sequence[Job]) -> list[tuple[int, int, str | None, str | None]]:
+        """``(id, token, error, detail)`` of each claimed job whose payload or headers do
+        not decode (``Backend.claim`` marks them): the client buries them and hands out
+        the rest, so one bad row never stops a queue (design §52). Each is logged once,
+        at WARNING: someone wrote the row by hand, by SQL or with an older version."""
+        bad = []
+        for job in jobs:
+            if isinstance(job.payload, Undecodable):
+                message = (f"job {job.id} cannot run: its stored {job.payload.reason}; it "
+                           f"was buried (starts: {job.payload.preview[:80]!r})")
+                _log.warning("%s", message)
+                error, detail = v.error_record({"type": "Undecodable", "message": message})
+                bad.append((job.id, job.lease_token, error, detail))
+        return bad
+
+    def _without_buried(
+        self, jobs: list[Job], bad: Sequence[tuple[int, int, str | None, str | None]],
+        failures: Mapping[int, Exception],
+    ) -> list[Job]:
+        """``jobs`` less the ``bad`` ones, just buried; ``failures``, the buries that
+        raised, are logged: such a job runs out its lease and a later claim buries it,
+        while the rest of the batch is handed out all the same."""
+        for job_id, exc in failures.items():
+            _log.warning("job %s could not be buried (%s); a later claim will", job_id, exc)
+        _results.finished(self._wake_key, [item[0] for item in bad])
+        buried = {item[0] for item in bad}
+        return [job for job in jobs if job.id not in buried]
 
     def _reclaim_due(self) -> bool:
         """True at most once per ``reclaim_interval``: dequeue then reclaims inline."""

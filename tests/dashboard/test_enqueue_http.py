@@ -175,6 +175,10 @@ def test_hostile_input(q: leaseq.Queue, serve: Serve) -> None:
         big = json.dumps({"payload": "x" * leaseq.Settings().max_payload_bytes})
         answer = post(jobs, big)
         assert (answer.status_code, answer.json()["error"]["type"]) == (400, "PayloadTooLarge")
+        # Nested one level past MAX_DEPTH (64): the client the route calls refuses it.
+        answer = post(jobs, '{"payload": ' + "[" * 65 + "]" * 65 + "}")
+        assert (answer.status_code, answer.json()["error"]["type"]) == (400, "InvalidArgument")
+        assert "MAX_DEPTH=64" in answer.json()["error"]["message"]
         for name in ("bad%20name", "%00", "caf%C3%A9", "x" * 201, "a%2Fb", "%3Cscript%3E",
                      "%0A", "%E2%80%AE"):
             answer = post(f"/api/queues/{name}/jobs", b"{}")
@@ -185,6 +189,8 @@ def test_hostile_input(q: leaseq.Queue, serve: Serve) -> None:
         # Odd but within leaseq's rules (1-200 of A-Z a-z 0-9 _ . -): an ordinary queue.
         made = post("/api/queues/%2e%2e/jobs", b"{}")
         assert made.status_code == 201 and q.get(made.json()["id"]).queue == ".."
+        made = post(jobs, '{"payload": ' + "[" * 64 + "]" * 64 + "}")  # at the limit
+        assert made.status_code == 201
 
 
 def json_routes(app: Any) -> set[tuple[str, str]]:

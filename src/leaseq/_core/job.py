@@ -128,6 +128,27 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Undecodable:
+    """A stored value that does not decode, in place of the value.
+
+    What leaseq writes always decodes, but a row written by SQL, by hand or by an older
+    version may hold text that is not JSON, or JSON nested too deep for Python's decoder
+    (about 1,000 levels). Reading such a job never raises: ``JobInfo.payload``,
+    ``result``, ``headers`` and ``error_detail`` hold an ``Undecodable`` instead. A claim
+    never hands out such a job: it is buried (dead) with the error
+    ``{"type": "Undecodable", "message": ...}`` and the rest of its batch runs.
+
+    Attributes:
+        reason: Why it does not decode, e.g. ``not JSON: Expecting value: line 1 column 1
+            (char 0)``.
+        preview: The first 200 characters of the stored text.
+    """
+
+    reason: str
+    preview: str
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """A job as ``get`` sees it, live or historical.
 
@@ -142,6 +163,8 @@ class JobInfo:
     ``nack`` or a lease that ran out), ``updated_at`` the time of its last state change.
     ``lease`` is the job's own lease length in seconds, when it was enqueued with one.
     ``headers`` is the string map enqueued with the job (see ``Job.headers``), or None.
+    A stored ``payload``, ``result``, ``headers`` or ``error_detail`` that does not
+    decode (written by SQL or an older version) is an ``Undecodable`` instead.
     ``error_detail`` is the last failure as a JSON object: what ``nack`` was given (a
     dict kept as given; an exception as ``{"type", "message", "traceback"}``; a string
     as ``{"message"}``), ``{"message": error}`` for errors stored without one (bury,
@@ -175,14 +198,14 @@ class JobInfo:
     failed_at: datetime | None = None
     updated_at: datetime | None = None
     lease: float | None = None
-    headers: dict[str, str] | None = None
-    error_detail: dict[str, Any] | None = None
+    headers: dict[str, str] | Undecodable | None = None
+    error_detail: dict[str, Any] | Undecodable | None = None
 
 
-def error_detail(error: str | None, detail: Any) -> dict[str, Any] | None:
+def error_detail(error: str | None, detail: Any) -> dict[str, Any] | Undecodable | None:
     """``JobInfo.error_detail`` from the stored text and detail (a decoded JSON object,
-    or None when none was stored)."""
-    if isinstance(detail, dict):
+    an ``Undecodable``, or None when none was stored)."""
+    if isinstance(detail, (dict, Undecodable)):
         return detail
     return None if error is None else {"message": error}
 

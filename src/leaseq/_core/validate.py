@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from leaseq._core.job import Undecodable
 from leaseq.errors import (
     InvalidArgument,
     InvalidQueueName,
@@ -30,6 +31,15 @@ MAX_TRACEBACK = 16384
 INT32 = (-(2**31), 2**31 - 1)
 MAX_ATTEMPTS = 1_000_000  # a job's max_attempts, and a queue's
 MAX_SECONDS = 10 * 365 * 86400  # any duration: ten years, beyond that it is a mistake
+MAX_DEPTH = 64
+"""Most levels of nesting in a payload, a result or an error detail: the number of arrays
+and objects inside one another (a scalar is 0; ``[]``, ``[1]`` and ``{"a": 1}`` are 1;
+``[[1]]`` is 2). Deeper values raise ``InvalidArgument`` with nothing written, from every
+entry: ``enqueue``, ``enqueue_many``, tasks, ``ack``'s result, ``nack``'s error detail,
+the dashboard's enqueue and the SQL routines (``<prefix>enqueue``; on MariaDB, whose JSON
+functions read 31 levels, the procedure's limit is 31). Every reader of a job (a handler,
+a renderer, a re-encode) can then recurse over it without running out of stack, which
+Python's ``json`` does at about 1,000 levels (docs/design.md §52)."""
 
 
 # Names already checked: a producer names the same few queues again and again. Bounded, so
@@ -60,17 +70,34 @@ def queue_names(names: str | Sequence[str]) -> list[str]:
     return checked
 
 
-def _string_keys(value: Any, depth: int = 0) -> None:
-    """JSON would silently turn ``{1: "a"}`` into ``{"1": "a"}``: refuse such keys."""
+_NESTED = (dict, list, tuple)  # what json writes as objects and arrays: what the walk enters
+
+
+class _TooDeep(Exception):
+    """Raised by ``_string_keys`` past ``MAX_DEPTH``; ``encode`` names the value."""
+
+
+def _string_keys(value: Any, depth: int = 1) -> None:
+    """Refuses what JSON would not give back as it went in (``{1: "a"}`` would come back
+    as ``{"1": "a"}``) and nesting past ``MAX_DEPTH``; ``depth`` is ``value``'s own level
+    when it is an array or object.
+
+    The depth check lives in this walk, which every encode makes anyway: no second pass,
+    and the walk stops at level 65 whatever lies below, so no value can take it (or
+    ``json.dumps`` after it) into a ``RecursionError``."""
     if isinstance(value, dict):
+        if depth > MAX_DEPTH:
+            raise _TooDeep
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"dict key {key!r} is not a string")
-            if isinstance(item, (dict, list)):
+            if isinstance(item, _NESTED):
                 _string_keys(item, depth + 1)
-    elif isinstance(value, list) and depth < 500:  # json.dumps reports deeper nesting
+    elif isinstance(value, (list, tuple)):  # json writes a tuple as an array
+        if depth > MAX_DEPTH:
+            raise _TooDeep
         for item in value:
-            if isinstance(item, (dict, list)):
+            if isinstance(item, _NESTED):
                 _string_keys(item, depth + 1)
 
 
@@ -78,13 +105,20 @@ _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(","
 
 
 def encode(value: Any, cap: int, what: str = "payload") -> str:
-    """Encode to compact JSON, refusing what would not come back as it went in."""
+    """Encode to compact JSON, refusing what would not come back as it went in
+    (``PayloadNotSerializable``), what nests deeper than ``MAX_DEPTH``
+    (``InvalidArgument``) and what is larger than ``cap`` bytes (``PayloadTooLarge``)."""
     try:
         _string_keys(value)
         text = _ENCODER.encode(value)
         # ASCII text is its own UTF-8; anything else is encoded to count its bytes and to
         # refuse lone surrogates, which no database stores.
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except _TooDeep:
+        raise InvalidArgument(
+            f"{what} nests arrays and objects more than MAX_DEPTH={MAX_DEPTH} levels deep; "
+            "flatten it"
+        ) from None
     except (TypeError, ValueError, RecursionError, UnicodeEncodeError) as exc:
         raise PayloadNotSerializable(
             f"{what} is not JSON-serialisable ({exc}); use dicts with string keys, lists, "
@@ -102,6 +136,9 @@ _DECODER = json.JSONDecoder()
 
 
 def decode(text: str | bytes | None) -> Any:
+    """JSON text as leaseq stored it, decoded; raises ``ValueError`` for text that is not
+    JSON and ``RecursionError`` for nesting past about 1,000 levels. Reads of stored jobs
+    use ``stored`` and ``claimed``, which never raise."""
     if text is None:
         return None
     if isinstance(text, str):
@@ -114,6 +151,52 @@ def decode(text: str | bytes | None) -> Any:
         if end == len(text):
             return value
     return json.loads(text)
+
+
+def stored(text: str | bytes | None) -> Any:
+    """A stored value as a read shows it (``get``, ``jobs``, ``peek``, history): decoded,
+    or an ``Undecodable`` in its place. Never raises, so one bad row breaks no listing.
+    A value deeper than ``MAX_DEPTH`` that the decoder reads is returned as stored."""
+    try:
+        return decode(text)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        return _undecodable(text, exc)
+
+
+def claimed(payload: str | bytes, headers: str | bytes | None) -> tuple[Any, Any]:
+    """A claimed job's payload and headers, decoded; never raises inside a claim.
+
+    When the payload does not decode, or the headers do not decode to an object of
+    strings, the payload is an ``Undecodable`` that names which and the headers are None:
+    the client buries the job instead of handing it out (``Backend.claim``). Only what
+    the decoder cannot read counts; a payload deeper than ``MAX_DEPTH`` that it reads is
+    handed out (a chain step's payload holds a result one level down), see design §52."""
+    try:
+        value = decode(payload)
+    except (ValueError, RecursionError) as exc:
+        return _undecodable(payload, exc, "payload "), None
+    if headers is None:
+        return value, None
+    try:
+        names = decode(headers)
+    except (ValueError, RecursionError) as exc:
+        return _undecodable(headers, exc, "headers "), None
+    if not isinstance(names, dict) or not all(isinstance(x, str) for x in names.values()):
+        return Undecodable("headers are not a JSON object of strings", _preview(headers)), None
+    return value, names
+
+
+def _undecodable(text: str | bytes | None, exc: BaseException, what: str = "") -> Undecodable:
+    if isinstance(exc, RecursionError):
+        return Undecodable(f"{what}nested too deep to decode ({exc})", _preview(text))
+    return Undecodable(f"{what}not JSON ({exc})", _preview(text))
+
+
+def _preview(text: str | bytes | None) -> str:
+    """The first 200 characters of stored text (bytes read as UTF-8, bad bytes replaced)."""
+    if isinstance(text, bytes):
+        return text[:800].decode("utf-8", "replace")[:200]
+    return str(text)[:200]
 
 
 def headers(value: object) -> str | None:

@@ -127,9 +127,10 @@ class PlanBackend:
         return self.run("release", lambda: self.ops.release(job_id, token, delay, priority))
 
     def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None,
+        detail: str | None = None,
     ) -> Any:
-        return self.run("bury", lambda: self.ops.bury(job_id, token, reason, priority))
+        return self.run("bury", lambda: self.ops.bury(job_id, token, reason, priority, detail))
 
     def kick(self, queue: str, limit: int) -> Any:
         return self.run("kick", lambda: self.ops.kick(queue, limit))

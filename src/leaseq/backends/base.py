@@ -163,7 +163,13 @@ class Backend(Protocol):
         from those under their limits (serialising their claimers). A queue with a stored
         limit that is not named is not claimed from at all, so a stale belief delays its
         jobs (until the client re-reads settings) but never breaks a limit; queues without
-        limits pay nothing. Backends for which the check is free may ignore ``limited``."""
+        limits pay nothing. Backends for which the check is free may ignore ``limited``.
+
+        Payloads and headers are decoded job by job and never raise (``validate.claimed``):
+        a job whose stored payload or headers do not decode is leased and returned like
+        the others with a ``leaseq.Undecodable`` payload naming what failed; the client
+        buries it (``bury`` with an ``Undecodable`` detail) and hands out the rest, so no
+        stored value can undo a claim or stop a queue (design §52)."""
 
     def next_due(self, queues: Sequence[str]) -> float | None:
         """Seconds, by the database's clock, until a job of ``queues`` may next become
@@ -234,7 +240,8 @@ class Backend(Protocol):
         None when the text says it all. Both are stored when ``error`` is given (a None
         ``detail`` then clears an earlier one) and kept into history; ``get`` returns the
         detail as ``JobInfo.error_detail`` (``{"message": error}`` when none is stored).
-        Every other write of an error (bury, discard, cancel, reclaim) stores no detail."""
+        Every other write of an error (discard, cancel, reclaim; bury unless given one)
+        stores no detail."""
 
     def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
         """``fail`` for each ``(id, token, error, delay, detail)`` in one transaction: the
@@ -247,10 +254,12 @@ class Backend(Protocol):
         ``priority`` when given; → cancelled when a cancel was requested."""
 
     def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None,
+        detail: str | None = None,
     ) -> None:
         """running → dead with ``reason`` as its error (buries + 1), at ``priority`` when
-        given."""
+        given. ``detail`` (JSON object text), when given with ``reason``, is stored as
+        ``fail`` stores it: the client buries a job it cannot decode so (see ``claim``)."""
 
     def kick(self, queue: str, limit: int) -> int:
         """dead → available (fresh attempts, kicks + 1) for up to ``limit`` jobs, by
@@ -385,7 +394,8 @@ class AsyncBackend(Protocol):
         self, job_id: int, token: int, delay: float, priority: int | None = None
     ) -> JobState: ...
     async def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None,
+        detail: str | None = None,
     ) -> None: ...
     async def kick(self, queue: str, limit: int) -> int: ...
     async def retry(self, job_id: int) -> None: ...

@@ -29,7 +29,7 @@ from leaseq._core.job import (
     ServerConfig,
     error_detail,
 )
-from leaseq._core.validate import decode
+from leaseq._core.validate import claimed, stored
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends.base import (
     FailItem,
@@ -297,13 +297,14 @@ class MemoryBackend:
                 r.touches, r.leased_at, r.touched_at = 0, now, None
                 r.updated_at = now
                 r.started_at = r.started_at if r.started_at is not None else now
+                payload, headers = claimed(r.payload, r.headers)
                 jobs.append(Job(
-                    id=r.id, queue=r.queue, kind=r.kind, payload=decode(r.payload),
+                    id=r.id, queue=r.queue, kind=r.kind, payload=payload,
                     priority=r.priority, attempts=r.attempts, max_attempts=r.max_attempts,
                     unique_key=r.unique_key, lease_token=r.lease_token,
                     lease_until=_dt(r.lease_until), worker_id=worker_id,  # type: ignore[arg-type]
                     created_at=_dt(r.created_at), lease=seconds,  # type: ignore[arg-type]
-                    headers=decode(r.headers), available_at=_dt(r.available_at),
+                    headers=headers, available_at=_dt(r.available_at),
                     reserves=r.reserves, releases=r.releases, timeouts=r.timeouts,
                 ))
             return jobs
@@ -532,13 +533,14 @@ class MemoryBackend:
             return self._reschedule(r, delay, None)
 
     def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None,
+        detail: str | None = None,
     ) -> None:
         with self.lock:
             r = self._held(job_id, token)
             if priority is not None:
                 r.priority = priority
-            self._to_dead(r, reason)
+            self._to_dead(r, reason, detail)
 
     def _revive(self, r: _Row) -> None:
         """dead → available now, with a fresh round of attempts."""
@@ -610,17 +612,17 @@ class MemoryBackend:
         live = r.finished_at is None
         return JobInfo(
             id=r.id, queue=r.queue, kind=r.kind, state=self._state(r),
-            payload=decode(r.payload), priority=r.priority, attempts=r.attempts,
+            payload=stored(r.payload), priority=r.priority, attempts=r.attempts,
             max_attempts=r.max_attempts, unique_key=r.unique_key,
             available_at=_dt(r.available_at) if live else None,
             lease_until=_dt(r.lease_until), worker_id=r.worker_id,
             created_at=_dt(r.created_at), started_at=_dt(r.started_at),  # type: ignore[arg-type]
-            finished_at=_dt(r.finished_at), result=decode(r.result), error=r.error,
+            finished_at=_dt(r.finished_at), result=stored(r.result), error=r.error,
             cancel_requested=r.cancel_requested, reserves=r.reserves, timeouts=r.timeouts,
             releases=r.releases, buries=r.buries, kicks=r.kicks, failed_at=_dt(r.failed_at),
             updated_at=_dt(r.updated_at if r.updated_at is not None else r.created_at),
-            lease=r.lease, headers=decode(r.headers),
-            error_detail=error_detail(r.error, decode(r.error_detail)),
+            lease=r.lease, headers=stored(r.headers),
+            error_detail=error_detail(r.error, stored(r.error_detail)),
         )
 
     def stats(self) -> dict[str, QueueStats]:

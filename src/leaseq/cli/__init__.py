@@ -80,12 +80,23 @@ def connect(url: str, table_prefix: str) -> leaseq.Queue:
 
 
 def emit(data: Any) -> None:
-    click.echo(json.dumps(data, default=_jsonable, ensure_ascii=False))
+    click.echo(dumps(data))
+
+
+def dumps(value: Any) -> str:
+    """``value`` as JSON; a stored value nested too deep for ``json`` to write again
+    (stored by SQL or an older version: design §52) as a note, not a traceback."""
+    try:
+        return json.dumps(value, default=_jsonable, ensure_ascii=False)
+    except RecursionError:
+        return json.dumps({"undecodable": "nested too deep to show"})
 
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, leaseq.Undecodable):  # a stored value that does not decode
+        return {"undecodable": value.reason, "preview": value.preview}
     raise TypeError(type(value).__name__)
 
 
@@ -268,7 +279,7 @@ def get(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
         return
     for key, value in info_dict(j).items():
         if key in ("payload", "result", "error_detail"):
-            value = json.dumps(value, ensure_ascii=False)
+            value = dumps(value)
         click.echo(f"{key:>16}: {value}")
 
 

@@ -61,9 +61,12 @@ class SqlBackend(PlanBackend):
         # Limited queues are claimed under their settings rows' locks, which takes more
         # than one statement even where a plain claim is one.
         hold = sorted(set(queues).intersection(limited)) if limited else []
+        # The rows become jobs after the commit (``after``): decoding holds no lock, and
+        # a value that does not decode cannot roll the claim back.
         return self.runner.run(
             lambda: self.ops.claim(queues, worker_id, lease, limit, default_lease, hold),
-            idempotent=True, single=not hold and self.ops.single("claim"), write=True)
+            idempotent=True, single=not hold and self.ops.single("claim"), write=True,
+            after=self.ops.jobs)
 
     def renew(self, job_id: int, token: int, extend: float) -> Any:
         def check(outcome: tuple[datetime, bool]) -> datetime:

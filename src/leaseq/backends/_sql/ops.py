@@ -33,7 +33,7 @@ from leaseq._core.job import (
     error_detail,
 )
 from leaseq._core.limits import allowance, next_start, tokens_now
-from leaseq._core.validate import decode
+from leaseq._core.validate import claimed, stored
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends._sql.plan import UNIQUE_RETRIES, Plan, Result, Stmt, load_queries
 from leaseq.backends.base import (
@@ -383,7 +383,7 @@ class SqlOps:
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
         default_lease: float = 30.0, limited: Sequence[str] = (),
-    ) -> Plan[list[Job]]:
+    ) -> Plan[list[tuple[Any, ...]]]:
         """One locking read of every queue's candidates (paused queues excluded in SQL)
         that also returns the job columns, the database's clock, and each job's own lease
         with its queue's ``default_lease`` and ``max_lease``; then one ``UPDATE`` of the
@@ -393,7 +393,11 @@ class SqlOps:
 
         ``limited`` queues (in name order) are first read under lock (``allowances``),
         each branch then takes at most what its limits allow, and the tokens spent are
-        written back (``spend``)."""
+        written back (``spend``).
+
+        Returns the rows as leased; ``jobs`` makes them ``Job``s once the transaction has
+        committed (``SqlBackend.claim``), so no payload is decoded while the rows are
+        locked and no value, however bad, can undo the claim (design §52)."""
         names = list(dict.fromkeys(queues))  # a repeated queue would return its rows twice
         takes, rated = yield from self.allowances(limited, limit)
         names = [name for name in names if takes.get(name, 1) > 0]
@@ -418,9 +422,8 @@ class SqlOps:
         leased: list[tuple[Any, ...]] = []
         for seconds, group in by_lease.items():
             leased += yield from self.lease_rows(group, seconds, now, worker_id)
-        jobs = self.jobs(leased)
-        yield from self.spend(rated, jobs)
-        return jobs
+        yield from self.spend(rated, leased)
+        return leased
 
     def allowances(
         self, limited: Sequence[str], limit: int
@@ -449,13 +452,13 @@ class SqlOps:
                                     None if rate is None else float(rate), have)
         return takes, rated
 
-    def spend(self, rated: Collection[str], jobs: Sequence[Job]) -> Plan[None]:
+    def spend(self, rated: Collection[str], leased: Sequence[tuple[Any, ...]]) -> Plan[None]:
         """Takes a token from its queue's bucket for every job started in a ``rated``
-        queue. The database refills the bucket to its clock as it writes
-        (``spend_tokens``): the allowance was worked out from no more tokens than that,
-        so none goes negative."""
+        queue (``leased``: the rows as leased, the queue second). The database refills
+        the bucket to its clock as it writes (``spend_tokens``): the allowance was worked
+        out from no more tokens than that, so none goes negative."""
         for queue in rated:
-            started = sum(1 for job in jobs if job.queue == queue)
+            started = sum(1 for row in leased if row[1] == queue)
             if started:
                 yield Stmt("spend_tokens", {"queue": queue, "started": started})
 
@@ -516,7 +519,9 @@ class SqlOps:
     def jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
         """Leased jobs in claim order from rows of ``JOB_COLUMNS`` followed by the lease
         applied, in seconds, the headers, and the counters reserves (this lease
-        included), releases and timeouts."""
+        included), releases and timeouts. Decoded job by job, never raising: a job whose
+        payload or headers do not decode carries an ``Undecodable`` payload
+        (``validate.claimed``), for the client to bury."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
         convert = self.d.dt
         # A claim's jobs share their lease's end, and jobs enqueued together their
@@ -530,16 +535,17 @@ class SqlOps:
             moment = times[value] = convert(value)
             return moment
 
-        return [
-            Job(
-                id=int(r[0]), queue=r[1], kind=r[2], payload=decode(r[3]), priority=r[4],
+        jobs = []
+        for r in rows:
+            payload, headers = claimed(r[3], r[14])
+            jobs.append(Job(
+                id=int(r[0]), queue=r[1], kind=r[2], payload=payload, priority=r[4],
                 attempts=r[5], max_attempts=r[6], unique_key=r[7], lease_token=int(r[8]),
                 lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
-                lease=float(r[13]), headers=decode(r[14]), available_at=dt(r[12]),
+                lease=float(r[13]), headers=headers, available_at=dt(r[12]),
                 reserves=int(r[15]), releases=int(r[16]), timeouts=int(r[17]),
-            )
-            for r in rows
-        ]
+            ))
+        return jobs
 
     def renew(self, job_id: int, token: int, extend: float) -> Plan[tuple[datetime, bool]]:
         """``renew_many`` of one job, its refusals raised: ``LeaseLost`` for a stale
@@ -862,10 +868,11 @@ class SqlOps:
         return (yield from self.reschedule(job_id, delay, None, give_back=1, priority=priority))
 
     def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None,
+        detail: str | None = None,
     ) -> Plan[None]:
         yield from self.lock_held(job_id, token)
-        yield Stmt("to_dead", {"id": job_id, "error": reason, "detail": None,
+        yield Stmt("to_dead", {"id": job_id, "error": reason, "detail": detail,
                                "priority": priority, "failed": False})
 
     # -- operator verbs ------------------------------------------------------------------
@@ -928,15 +935,15 @@ class SqlOps:
         if state == "available" and available_at and now and available_at > now:
             state = "scheduled"
         return JobInfo(
-            id=int(r[0]), queue=r[1], kind=r[2], state=state, payload=decode(r[4]),
+            id=int(r[0]), queue=r[1], kind=r[2], state=state, payload=stored(r[4]),
             priority=r[5], attempts=r[6], max_attempts=r[7], unique_key=r[8],
             available_at=available_at, lease_until=dt(r[10]), worker_id=r[11],
             created_at=dt(r[12]), started_at=dt(r[13]),  # type: ignore[arg-type]
-            finished_at=dt(r[14]), result=decode(r[15]), error=r[16],
+            finished_at=dt(r[14]), result=stored(r[15]), error=r[16],
             cancel_requested=bool(r[17]), reserves=int(r[19]), timeouts=int(r[20]),
             releases=int(r[21]), buries=int(r[22]), kicks=int(r[23]), failed_at=dt(r[24]),
             updated_at=dt(r[25]), lease=None if r[26] is None else float(r[26]),
-            headers=decode(r[27]), error_detail=error_detail(r[16], decode(r[28])),
+            headers=stored(r[27]), error_detail=error_detail(r[16], stored(r[28])),
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:

@@ -143,6 +143,7 @@ def routine_constants() -> dict[str, object]:
         "max_kind": v.MAX_KIND,
         "max_unique_key": v.MAX_UNIQUE_KEY,
         "max_delay": v.MAX_SECONDS,
+        "max_depth": v.MAX_DEPTH,
         "unique_retries": UNIQUE_RETRIES,
     }
 

@@ -65,12 +65,33 @@ proc: BEGIN
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
     END IF;
     IF p_payload IS NOT NULL AND NOT JSON_VALID(p_payload) THEN
+        -- MariaDB's JSON functions read at most 31 levels of nesting (json_lib's
+        -- JSON_DEPTH_LIMIT of 32, counting a scalar inside as JSON_DEPTH does) and call
+        -- anything deeper invalid: so there the procedure's limit is 31, not MAX_DEPTH.
+        IF VERSION() LIKE '%MariaDB%' THEN
+            SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT =
+                '{prefix}enqueue: payload is not valid JSON, or nests deeper than MariaDB reads (31)';
+        END IF;
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = '{prefix}enqueue: payload is not valid JSON';
     END IF;
     IF OCTET_LENGTH(p_payload) > {max_payload_bytes} THEN
         SET v_message = LEFT(CONCAT('{prefix}enqueue: payload is ', OCTET_LENGTH(p_payload),
                                ' bytes, over the cap of {max_payload_bytes} bytes'), 128);
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
+    END IF;
+    -- Nesting past validate.MAX_DEPTH. JSON_DEPTH counts one more than leaseq for a
+    -- container that holds something (JSON_DEPTH('[1]') is 2, '[]' is 1), so a JSON_DEPTH
+    -- of MAX_DEPTH + 1 is either. Only then is the payload read again, with every empty
+    -- array and object made to hold a scalar: its JSON_DEPTH is then exactly leaseq's
+    -- depth + 1. JSON_EXTRACT(..., '$') gives MySQL's normal form, which writes empties
+    -- as [] and {}; inside a string the replacement leaves a string. Unreached on MariaDB,
+    -- whose JSON functions stop at 31 levels (above).
+    IF JSON_DEPTH(p_payload) > {max_depth} THEN
+        IF JSON_DEPTH(REPLACE(REPLACE(JSON_EXTRACT(p_payload, '$'), '[]', '[0]'), '{}', '[0]'))
+                > {max_depth} + 1 THEN
+            SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT =
+                '{prefix}enqueue: payload nests arrays and objects more than MAX_DEPTH={max_depth} deep';
+        END IF;
     END IF;
     IF p_kind IS NOT NULL AND CHAR_LENGTH(p_kind) NOT BETWEEN 1 AND {max_kind} THEN
         SIGNAL SQLSTATE '22023'

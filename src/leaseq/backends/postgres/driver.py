@@ -16,7 +16,6 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from leaseq._core import redact
-from leaseq._core.job import Job
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
 from leaseq.backends._sql.backend import SqlBackend
@@ -70,7 +69,7 @@ class PostgresOps(SqlOps):
     def claim(
         self, queues: Sequence[str], worker_id: str, lease: float | None, limit: int,
         default_lease: float = 30.0, limited: Sequence[str] = (),
-    ) -> Plan[list[Job]]:
+    ) -> Plan[list[tuple[Any, ...]]]:
         takes, rated = yield from self.allowances(limited, limit)
         names = [name for name in queues if takes.get(name, 1) > 0]
         if not names:
@@ -79,9 +78,8 @@ class PostgresOps(SqlOps):
                   "limit": limit, "lease": lease, "default_lease": default_lease,
                   "worker_id": worker_id}
         r = yield Stmt("claim", params)
-        jobs = self.jobs(r.rows)
-        yield from self.spend(rated, jobs)
-        return jobs
+        yield from self.spend(rated, r.rows)
+        return r.rows
 
     # These plans are one statement here, atomic without BEGIN/COMMIT round trips.
     SINGLE = frozenset({"claim", "complete", "complete_many", "renew", "renew_many"})

@@ -37,6 +37,7 @@ DECLARE
     v_queue text := queue;
     v_kind text := kind;
     v_payload text := COALESCE(payload::text, 'null');
+    v_json jsonb := payload;
     v_priority integer := priority;
     v_delay double precision := EXTRACT(EPOCH FROM delay);
     v_unique_key text := unique_key;
@@ -58,6 +59,15 @@ BEGIN
     IF octet_length(v_payload) > {max_payload_bytes} THEN
         RAISE EXCEPTION '%: payload is % bytes encoded, over the cap of {max_payload_bytes} bytes; store large data elsewhere and enqueue a reference',
             fn, octet_length(v_payload) USING ERRCODE = '22023';
+    END IF;
+    -- Nesting past validate.MAX_DEPTH: an array or object at depth MAX_DEPTH + 1. The
+    -- path's levels count from the payload itself at 0, so the containers of depth d sit
+    -- at level d - 1, and level MAX_DEPTH holds those one too deep. strict, because lax
+    -- mode unwraps arrays and would miscount them.
+    IF jsonb_path_exists(v_json,
+            'strict $.**{{max_depth} to last} ? (@.type() == "array" || @.type() == "object")') THEN
+        RAISE EXCEPTION '%: payload nests arrays and objects more than MAX_DEPTH={max_depth} levels deep; flatten it',
+            fn USING ERRCODE = '22023';
     END IF;
     IF v_kind IS NOT NULL AND NOT char_length(v_kind) BETWEEN 1 AND {max_kind} THEN
         RAISE EXCEPTION '%: kind must be NULL or a string of 1-{max_kind} characters, got % characters',

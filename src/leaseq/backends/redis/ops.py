@@ -41,7 +41,7 @@ from leaseq._core.job import (
     ServerConfig,
     error_detail,
 )
-from leaseq._core.validate import decode
+from leaseq._core.validate import claimed, stored
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends.base import (
     FailItem,
@@ -573,13 +573,16 @@ class RedisOps:
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
              token, lease_until, created_at, seconds, headers, available_at, reserves,
              releases, timeouts) in reply:
+            # The script has leased the job: decoding must not raise, or the batch would
+            # be lost until its leases ran out (design §52).
+            value, names = claimed(payload, headers)
             job = Job(
-                id=int(job_id), queue=queue, kind=kind, payload=decode(payload),
+                id=int(job_id), queue=queue, kind=kind, payload=value,
                 priority=int(priority), attempts=int(attempts),
                 max_attempts=int(max_attempts), unique_key=unique_key,
                 lease_token=int(token), lease_until=when(lease_until), worker_id=worker_id,
                 created_at=when(created_at), lease=float(seconds),
-                headers=decode(headers), available_at=when(available_at),
+                headers=names, available_at=when(available_at),
                 reserves=int(reserves), releases=int(releases), timeouts=int(timeouts),
             )
             self.located.put(job.id, queue)
@@ -949,9 +952,10 @@ class RedisOps:
         return state  # type: ignore[no-any-return]
 
     def bury(
-        self, job_id: int, token: int, reason: str | None, priority: int | None = None
+        self, job_id: int, token: int, reason: str | None, priority: int | None = None,
+        detail: str | None = None,
     ) -> Plan[None]:
-        yield from self.held("bury", job_id, token, opt(reason), opt(priority))
+        yield from self.held("bury", job_id, token, opt(reason), opt(priority), opt(detail))
 
     # -- operator verbs ------------------------------------------------------------------
 
@@ -1203,20 +1207,20 @@ def info(h: dict[str, str], now: int) -> JobInfo:
     return JobInfo(
         id=int(h["id"]), queue=h["queue"], kind=h.get("kind"),
         state=state,  # type: ignore[arg-type]
-        payload=decode(h["payload"]), priority=int(h["priority"]),
+        payload=stored(h["payload"]), priority=int(h["priority"]),
         attempts=int(h["attempts"]), max_attempts=int(h["max_attempts"]),
         unique_key=h.get("unique_key"), available_at=at(available_at) if live else None,
         lease_until=dt(h.get("lease_until")), worker_id=h.get("worker_id"),
         created_at=at(h["created_at"]), started_at=dt(h.get("started_at")),
         finished_at=dt(h.get("finished_at")),
-        result=decode(h.get("result")), error=h.get("error"),
+        result=stored(h.get("result")), error=h.get("error"),
         cancel_requested=h.get("cancel_requested") == "1",
         reserves=int(h.get("reserves", 0)), timeouts=int(h.get("timeouts", 0)),
         releases=int(h.get("releases", 0)), buries=int(h.get("buries", 0)),
         kicks=int(h.get("kicks", 0)), failed_at=dt(h.get("failed_at")),
         updated_at=at(h.get("updated_at") or h["created_at"]),
-        lease=None if lease is None else float(lease), headers=decode(h.get("headers")),
-        error_detail=error_detail(h.get("error"), decode(h.get("error_detail"))),
+        lease=None if lease is None else float(lease), headers=stored(h.get("headers")),
+        error_detail=error_detail(h.get("error"), stored(h.get("error_detail"))),
     )
 
 
