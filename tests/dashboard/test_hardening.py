@@ -24,7 +24,7 @@ from leaseq._core.redact import redact_url, scrub, secrets_of, where
 from leaseq.dashboard import create_app
 from leaseq.dashboard.security import Auth, host_name
 from tests.dashboard.conftest import Serve
-from tests.helpers import wait_for
+from tests.helpers import plant, wait_for
 
 TOKEN = "a-token-long-enough-for-tests"
 FOREIGN = "rebind.attacker.example"
@@ -260,6 +260,21 @@ def test_a_deeply_nested_stored_payload_renders_without_a_500(
             assert answer.status_code == 200, (path, answer.text[:200])
         assert "bottom" in client.get(f"/jobs/{job}").text  # shown compact, not lost
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"], indirect=True)
+def test_an_undecodable_stored_value_renders_as_such(
+        q: leaseq.Queue, backend: str, url: str, prefix: str, serve: Serve) -> None:
+    job = q.enqueue("undecodable", {"ok": 1}).id
+    plant(backend, url, prefix, job, "payload", "{not json <b>", queue="undecodable")
+    with httpx.Client(base_url=serve()) as client:
+        page = client.get(f"/jobs/{job}")
+        assert page.status_code == 200, page.text[:300]
+        assert "cannot be decoded" in page.text and "{not json &lt;b&gt;" in page.text
+        assert client.get("/queues/undecodable").status_code == 200
+        api = client.get(f"/api/jobs/{job}")
+        assert api.status_code == 200
+        assert api.json()["job"]["payload"]["preview"] == "{not json <b>"
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)

@@ -27,7 +27,7 @@ from starlette.templating import Jinja2Templates
 
 import leaseq
 from leaseq._core import redact
-from leaseq._core.job import LIVE_STATES, TERMINAL_STATES, JobInfo, QueueStats
+from leaseq._core.job import LIVE_STATES, TERMINAL_STATES, JobInfo, QueueStats, Undecodable
 from leaseq.dashboard import openapi
 from leaseq.dashboard.enqueue import BodyTooLarge, body_cap, enqueue_arguments, read_body
 from leaseq.dashboard.security import (
@@ -205,11 +205,18 @@ def shallow(value: Any) -> Any:
 
 def dumps(value: Any, **options: Any) -> str:
     """``json.dumps``, or ``TOO_DEEP`` for a stored value nested past what the encoder's
-    recursion reaches (a value written by SQL or an older version)."""
+    recursion reaches (a value written by SQL or an older version), or what an
+    ``Undecodable`` stands for."""
+    if isinstance(value, Undecodable):
+        return undecodable(value)
     try:
         return json.dumps(value, ensure_ascii=False, **options)
     except RecursionError:
         return TOO_DEEP
+
+
+def undecodable(value: Undecodable) -> str:
+    return f"(cannot be decoded: {value.reason}) {value.preview}"
 
 
 class JobsResponse(JSONResponse):
@@ -260,6 +267,8 @@ def preview(value: Any, limit: int = PREVIEW) -> str:
 def pretty(value: Any) -> str:
     """Indented JSON for the job's page; compact where indenting (a Python walk, two
     frames a level) would recurse too deep, ``TOO_DEEP`` where even that cannot."""
+    if isinstance(value, Undecodable):
+        return undecodable(value)
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
     except RecursionError:
