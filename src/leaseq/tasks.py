@@ -378,11 +378,13 @@ class Signature:
             task.signature.bind_partial(*self.args, **self.kwargs)
         except TypeError as exc:
             raise InvalidArgument(f"{task.name}: {exc}") from exc
-        if self.bound.opts.unique_key is not None or self.bound.opts.unique_for is not None:
+        opts = self.bound.opts
+        if (opts.unique_key is not None or opts.unique_for is not None
+                or opts.unique_scope == "global"):
             raise InvalidArgument(
-                f"{task.name}: a task with a unique_key or unique_for cannot be a step of a "
-                "chain or group (a twin would stand in for the step, and its flow would "
-                "wait forever)")
+                f"{task.name}: a task with a unique_key, unique_for or unique_scope cannot be "
+                "a step of a chain or group (a twin would stand in for the step, and its "
+                "flow would wait forever)")
 
     @property
     def first_parameter(self) -> str:
