@@ -16,9 +16,9 @@ Pure data, no I/O: every layer may read it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from collections.abc import Mapping
 
 ENTRIES: Mapping[str, str] = MappingProxyType({
     "enqueue": "Queue.enqueue and AsyncQueue.enqueue",
