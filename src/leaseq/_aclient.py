@@ -326,12 +326,14 @@ class AsyncQueue(Shared):
         return [state is not None for state in states]
 
     async def release(
-        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None
+        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None,
+        error: object = None,
     ) -> JobState:
         """See ``Queue.release``."""
         job_id, token = self._held(job)
+        text, detail = self._error(error)
         state = await self._backend.release(job_id, token, self._retry_delay(job, delay, None),
-                                            self._priority(priority))
+                                            self._priority(priority), text, detail)
         self._finished_states((job_id,), (state,))
         return state
 

@@ -24,7 +24,8 @@ from urllib.parse import unquote_plus
 MASK = "***"
 _NO_USERINFO = ("sqlite:", "memory:")
 _SECRET_NAMES = ("password", "secret", "token", "key")
-_LIBPQ_OPTION = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|\S*)")
+_LIBPQ_OPTION = re.compile(
+    r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>'(?:[^'\\]|\\.)*'|\S*)")
 
 
 def _secret_option(name: str, value: str) -> bool:
@@ -59,7 +60,7 @@ def redact_url(url: str) -> str:
     >>> redact_url("postgresql://app:pa#s/w?d@db:5432/jobs?sslpassword=x&application_name=a")
     'postgresql://***@db:5432/jobs?sslpassword=***&application_name=a'
     """
-    head, userinfo, at, rest = _split(url)
+    head, _, at, rest = _split(url)
     if head.lower().startswith(_NO_USERINFO):
         return url  # a file path may hold an @
     if not head:

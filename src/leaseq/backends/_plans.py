@@ -120,9 +120,11 @@ class PlanBackend:
         return self.run("fail_many", lambda: self.ops.fail_many(items))
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> Any:
-        return self.run("release", lambda: self.ops.release(job_id, token, delay, priority))
+        return self.run("release", lambda: self.ops.release(job_id, token, delay, priority,
+                                                            error, detail))
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None

@@ -241,10 +241,15 @@ class Backend(Protocol):
         state after per job, None (nothing changed) per stale lease."""
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> JobState:
         """running → available/scheduled with the attempt given back (releases + 1), at
-        ``priority`` when given; → cancelled when a cancel was requested."""
+        ``priority`` when given; → cancelled when a cancel was requested.
+
+        A release is not a failure (``failed_at`` is left alone). ``error`` and ``detail``
+        are an optional note, stored as ``fail`` stores them (the job's last error and
+        ``error_detail``) when ``error`` is given; None keeps the last error as it was."""
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None
@@ -382,7 +387,8 @@ class AsyncBackend(Protocol):
     ) -> JobState: ...
     async def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]: ...
     async def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> JobState: ...
     async def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None

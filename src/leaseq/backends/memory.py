@@ -518,7 +518,8 @@ class MemoryBackend:
             return out
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> JobState:
         with self.lock:
             r = self._held(job_id, token)
@@ -529,7 +530,7 @@ class MemoryBackend:
             r.releases += 1
             if priority is not None:
                 r.priority = priority
-            return self._reschedule(r, delay, None)
+            return self._reschedule(r, delay, error, detail)
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None

@@ -853,13 +853,15 @@ class SqlOps:
         return "scheduled" if delay > 0 else "available"
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
         _, _, cancel_requested = yield from self.lock_held(job_id, token)
         if cancel_requested:
             yield from self.archive(job_id, "cancelled", result=None, error=None)
             return "cancelled"
-        return (yield from self.reschedule(job_id, delay, None, give_back=1, priority=priority))
+        return (yield from self.reschedule(job_id, delay, error, give_back=1, priority=priority,
+                                           detail=detail))
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None

@@ -943,9 +943,11 @@ class RedisOps:
         return [None if r in (None, "lost", "missing") else r for r in replies]
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
-        state = yield from self.held("release", job_id, token, us(delay), opt(priority))
+        state = yield from self.held("release", job_id, token, us(delay), opt(priority),
+                                     opt(error), opt(detail))
         return state  # type: ignore[no-any-return]
 
     def bury(
