@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from leaseq import _hooks, _listen, tracing
@@ -56,6 +56,7 @@ from leaseq._client import Queue
 from leaseq._core import outcome as decide
 from leaseq._core.job import Job, JobState
 from leaseq._core.outcome import Hook, Outcome
+from leaseq._core.redact import redact_url
 from leaseq._hooks import FailureHook
 from leaseq.errors import (
     JobCancelled,
@@ -66,6 +67,7 @@ from leaseq.errors import (
     ValidationError,
 )
 from leaseq.tasks import App, Task
+from leaseq.worker import logs
 from leaseq.worker import turn as turn_
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
@@ -147,6 +149,12 @@ class Worker:
         metrics: A ``leaseq.metrics.WorkerMetrics`` to record into (jobs processed by
             outcome, run and wait times, claim and ack latency, jobs held); serve it with
             its ``serve(port)``. Defaults to None: nothing is recorded or imported.
+        log_jobs: Also log one INFO line per job that succeeded (``leaseq.worker.jobs``);
+            failures, deaths and unknown tasks are logged always. Defaults to False.
+        unknown_task_delay: Seconds before a job of a task this worker does not know is
+            offered again; defaults to the app's ``unknown_task_delay`` (60).
+        unknown_task_grace: Seconds such a job may stay unknown before it is buried;
+            defaults to the app's ``unknown_task_grace`` (3600).
     """
 
     def __init__(
@@ -163,6 +171,9 @@ class Worker:
         worker_id: str | None = None,
         burst: bool = False,
         metrics: WorkerMetrics | None = None,
+        log_jobs: bool = False,
+        unknown_task_delay: float | None = None,
+        unknown_task_grace: float | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
@@ -185,6 +196,11 @@ class Worker:
         self.prune_after = prune_after
         self.burst = burst
         self.metrics = metrics
+        self.log_jobs = log_jobs
+        self.unknown_task_delay = (app.unknown_task_delay if unknown_task_delay is None
+                                   else unknown_task_delay)
+        self.unknown_task_grace = (app.unknown_task_grace if unknown_task_grace is None
+                                   else unknown_task_grace)
         # This run's recorder; None (metrics off) costs one comparison per event.
         self._metrics: WorkerRecorder | None = None
         suffix = f"{random.randrange(16**4):04x}"
@@ -215,6 +231,7 @@ class Worker:
         self._owns_process = False  # run(): the stop may end the process (watchdog)
         self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
+        self._aq: AsyncQueue | None = None  # this run's client
         self._turn = turn_.Turn()
         self._watches = False  # MySQL/MariaDB: the turn's holder polls every WATCH_TICK
         self.started = threading.Event()
@@ -259,6 +276,7 @@ class Worker:
         if inline is not None:
             self._reclaim_every = min(self.reclaim_interval, max(inline, MIN_RECLAIM))
         aq = AsyncQueue(self.app.url, replace(self.app.settings, reclaim_interval=None))
+        self._aq = aq
         self._limits = aq._concurrency_limited
         if self.metrics is not None:
             self._metrics = self.metrics.recorder(aq.backend, self.queues, self._held_queues)
@@ -289,8 +307,14 @@ class Worker:
             if turns is not None:
                 helpers.append(turns)
         helpers.append(asyncio.create_task(self._fence(), name="leaseq-fence"))
-        log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
-                 ",".join(self.queues), self.concurrency)
+        from leaseq import __version__  # the package imports this module first
+
+        url = redact_url(self.app.url)
+        log.info("worker %s started: leaseq %s on %s, queues=%s, concurrency=%d",
+                 self.worker_id, __version__, url, ",".join(self.queues), self.concurrency,
+                 extra={"event": "worker_started", "worker_id": self.worker_id,
+                        "version": __version__, "url": url, "queues": self.queues,
+                        "concurrency": self.concurrency})
         self.started.set()
         self._fetch_task = asyncio.current_task()
         try:
@@ -707,7 +731,7 @@ class Worker:
     async def _outcome(self, ctx: JobContext, task: Task[Any, Any] | None) -> Outcome:
         """Runs the handler; what it returned or raised, as an outcome to record."""
         if task is None:
-            return decide.unknown_task(ctx.job.kind, sorted(self.app.tasks))
+            return await self._unknown(ctx.job)
         timeout = task.defaults.timeout
         began = time.monotonic()
         try:
@@ -723,8 +747,26 @@ class Worker:
                 return decide.timed_out(timeout)
             return decide.failed(exc)
         finally:
+            ctx.ran = time.monotonic() - began
             if self._metrics is not None:
-                self._metrics.ran(ctx.job, time.monotonic() - began)
+                self._metrics.ran(ctx.job, ctx.ran)
+
+    async def _unknown(self, job: Job) -> Outcome:
+        """A job of a task this worker does not know: handed back, with when a worker first
+        saw it unknown (read from the job), until ``unknown_task_grace`` has passed since
+        then; times are the database's (the claim's, from the lease it granted)."""
+        now = job.lease_until - timedelta(seconds=job.lease)
+        first_seen = None
+        if self.unknown_task_grace > 0:
+            try:
+                assert self._aq is not None
+                info = await self._aq.get(job.id)
+                first_seen = decide.first_seen_unknown(info.error_detail)
+            except LeaseqError as exc:  # handed back as if first seen: the grace is longer
+                log.warning("job %s: its earlier hand-backs could not be read (%s)", job.id, exc)
+        return decide.unknown_task(job.kind, sorted(self.app.tasks), first_seen=first_seen,
+                                   now=now, delay=self.unknown_task_delay,
+                                   grace=self.unknown_task_grace)
 
     async def _call(self, ctx: JobContext, task: Task[Any, Any]) -> Any:
         payload = ctx.job.payload
@@ -765,12 +807,20 @@ class Worker:
         if ctx.cancelled:
             result = Outcome("release")  # recorded as cancelled: a cancel was requested
         backoff = task.retry_backoff(job) if task else None
+        if result.action == "nack" and result.delay is None:
+            # The backoff's delay, drawn here rather than inside nack, so that the log
+            # line can say when the job runs again.
+            await aq._fresh_configs()
+            result = replace(result, delay=aq._retry_delay(job, None, backoff))
         state: JobState | None = None  # what a nack left the job as
+        name = task.name if task else None
         try:
             try:
                 if result.action == "ack":
                     aq._result(result.result)  # an unstorable result fails this job alone
                     self._completer.submit(job, result.result)
+                    logs.written(job, name, self.worker_id, result, None, None, ctx.ran,
+                                 self.log_jobs)
                     return True
                 for method, args, kwargs in decide.calls(job, result, backoff):
                     try:
@@ -781,7 +831,11 @@ class Worker:
                     state = returned if method == "nack" else state
             except ValidationError as exc:  # the result was not storable JSON
                 result = decide.unstorable_result(exc)
-                state = await aq.nack(job, result.error, backoff=backoff)
+                result = replace(result, delay=aq._retry_delay(job, None, backoff))
+                state = await aq.nack(job, result.error, delay=result.delay)
+            if not ctx.cancelled:
+                logs.written(job, name, self.worker_id, result, state, result.delay, ctx.ran,
+                             self.log_jobs)
             self.processed += 1
             self.failed += result.action in ("nack", "bury", "discard")
             if self._metrics is not None:
@@ -1015,6 +1069,8 @@ def _outcome_label(written: Outcome, state: JobState | None, cancelled: bool) ->
     """The ``outcome`` label of a written failure or cancel: a nack that left the job
     waiting is a retry; one that used up its attempts, a bury (unknown task included) and a
     discard all end the job's runs (``dead``)."""
+    if written.action == "release" and written.note is not None and not cancelled:
+        return "released"  # a job of an unknown task, handed back
     if cancelled or written.action == "release":
         return "cancelled"
     if written.action == "nack" and state not in ("dead", "discarded"):
