@@ -21,6 +21,7 @@ from leaseq._core.job import (
     ServerStats,
 )
 from leaseq._core.settings import Settings
+from leaseq._core.version import VERSION
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -75,7 +76,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "App",

@@ -405,6 +405,14 @@ class Queue(Shared):
         self._finished_states([item[0] for item in failures], states)
         return [state is not None for state in states]
 
+    def _due_now(self, queues: str | Sequence[str]) -> bool:
+        """``Backend.due_now``: what keeps a burst worker running."""
+        return self._backend.due_now(v.queue_names(queues))
+
+    def _schema_versions(self) -> tuple[int, int] | None:
+        """``Backend.schema_versions``: what the worker checks at start."""
+        return self._backend.schema_versions()
+
     def release(
         self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None,
         error: object = None,

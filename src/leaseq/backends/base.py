@@ -112,6 +112,17 @@ class Backend(Protocol):
     def migrate(self) -> None:
         """Create or upgrade the schema; idempotent and safe to race."""
 
+    def due_now(self, queues: Sequence[str]) -> bool:
+        """Whether a queue of ``queues`` that is not paused holds a job due now (available,
+        its time come), whether or not its rate or concurrency limit lets it start yet:
+        what keeps ``leaseq worker --burst`` running. Reads only."""
+
+    def schema_versions(self) -> tuple[int, int] | None:
+        """``(recorded, needed)``: the newest migration applied to the tables and the
+        newest this leaseq ships; None for a backend without migrations (Redis, memory).
+        ``SchemaMissing`` when the tables were never created. Reads only; a worker checks
+        it at start (recorded older than needed: run ``leaseq migrate``)."""
+
     def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
         fresh: Collection[str] = (),
@@ -353,6 +364,8 @@ class AsyncBackend(Protocol):
     supports_transactions: bool
 
     async def migrate(self) -> None: ...
+    async def schema_versions(self) -> tuple[int, int] | None: ...
+    async def due_now(self, queues: Sequence[str]) -> bool: ...
     async def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
         fresh: Collection[str] = (),

@@ -48,7 +48,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _hooks, _listen, tracing
+from leaseq import _hooks, _listen, _outage, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._aclient import AsyncQueue
 from leaseq._aio import wait_event
@@ -57,6 +57,7 @@ from leaseq._core import outcome as decide
 from leaseq._core.job import Job, JobState
 from leaseq._core.outcome import Hook, Outcome
 from leaseq._core.redact import redact_url
+from leaseq._core.version import VERSION
 from leaseq._hooks import FailureHook
 from leaseq.errors import (
     JobCancelled,
@@ -67,7 +68,7 @@ from leaseq.errors import (
     ValidationError,
 )
 from leaseq.tasks import App, Task
-from leaseq.worker import logs
+from leaseq.worker import logs, startup
 from leaseq.worker import turn as turn_
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
@@ -144,8 +145,11 @@ class Worker:
             to None: history is kept until you prune it (``leaseq prune``, or
             ``leaseq worker --prune-history-after 7d``).
         worker_id: Names this worker in the jobs it holds. Defaults to host:pid:random.
-        burst: Stop by itself once it has run jobs and finds its queues empty (for
-            batch runs and benchmarks). Defaults to False.
+        burst: Stop by itself (exit code 0) once nothing of its queues is due and no job
+            runs in it, whether or not it ran any: jobs held back only by a rate or
+            concurrency limit are due (it waits for them); jobs scheduled for later (a
+            retry this run scheduled included) and jobs of paused queues are not. For
+            batch runs and benchmarks. Defaults to False.
         metrics: A ``leaseq.metrics.WorkerMetrics`` to record into (jobs processed by
             outcome, run and wait times, claim and ack latency, jobs held); serve it with
             its ``serve(port)``. Defaults to None: nothing is recorded or imported.
@@ -155,6 +159,10 @@ class Worker:
             offered again; defaults to the app's ``unknown_task_delay`` (60).
         unknown_task_grace: Seconds such a job may stay unknown before it is buried;
             defaults to the app's ``unknown_task_grace`` (3600).
+        start_timeout: Seconds to keep trying an unreachable database at start before
+            giving up (exit code 69). Defaults to None: for ever. A database that answers
+            but cannot be used (bad credentials, unknown database, tables missing or
+            older than this leaseq) ends the run at once with exit code 78 (design §53).
     """
 
     def __init__(
@@ -174,6 +182,7 @@ class Worker:
         log_jobs: bool = False,
         unknown_task_delay: float | None = None,
         unknown_task_grace: float | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
@@ -197,6 +206,9 @@ class Worker:
         self.burst = burst
         self.metrics = metrics
         self.log_jobs = log_jobs
+        self.start_timeout = start_timeout
+        self._exit_code = 0
+        self._outage = 0  # failed claims in a row while the database is unreachable
         self.unknown_task_delay = (app.unknown_task_delay if unknown_task_delay is None
                                    else unknown_task_delay)
         self.unknown_task_grace = (app.unknown_task_grace if unknown_task_grace is None
@@ -259,14 +271,12 @@ class Worker:
             self._loop.call_soon_threadsafe(self._request_stop)
 
     async def run_async(self, install_signals: bool = False) -> int:
-        """Run inside an existing event loop until stopped; returns the exit code."""
+        """Run inside an existing event loop until stopped; returns the exit code: 0, or
+        ``startup.EX_CONFIG`` (78) when the database cannot be used as configured, or
+        ``startup.EX_UNAVAILABLE`` (69) when it stayed unreachable for ``start_timeout``."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._freed = asyncio.Event()
-        self._threads = HandlerThreads(self._loop, self.concurrency, "leaseq-job")
-        self._hook_pool = concurrent.futures.ThreadPoolExecutor(
-            HOOK_THREADS, thread_name_prefix="leaseq-job-hook"
-        )
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
@@ -275,7 +285,22 @@ class Worker:
         inline = self.app.settings.reclaim_interval
         if inline is not None:
             self._reclaim_every = min(self.reclaim_interval, max(inline, MIN_RECLAIM))
-        aq = AsyncQueue(self.app.url, replace(self.app.settings, reclaim_interval=None))
+        try:
+            aq = AsyncQueue(self.app.url, replace(self.app.settings, reclaim_interval=None))
+        except LeaseqError as exc:  # a bad URL, a missing driver extra
+            return self._cannot_run(startup.cannot_run(exc, self.app.url))
+        try:
+            await startup.reach(aq, self.app.url, self.start_timeout, lambda: self.stopping)
+        except startup.CannotRun as exc:
+            await aq.close()
+            return self._cannot_run(exc)
+        if self.stopping:  # stopped while waiting for the database
+            await aq.close()
+            return 0
+        self._threads = HandlerThreads(self._loop, self.concurrency, "leaseq-job")
+        self._hook_pool = concurrent.futures.ThreadPoolExecutor(
+            HOOK_THREADS, thread_name_prefix="leaseq-job-hook"
+        )
         self._aq = aq
         self._limits = aq._concurrency_limited
         if self.metrics is not None:
@@ -307,13 +332,11 @@ class Worker:
             if turns is not None:
                 helpers.append(turns)
         helpers.append(asyncio.create_task(self._fence(), name="leaseq-fence"))
-        from leaseq import __version__  # the package imports this module first
-
         url = redact_url(self.app.url)
         log.info("worker %s started: leaseq %s on %s, queues=%s, concurrency=%d",
-                 self.worker_id, __version__, url, ",".join(self.queues), self.concurrency,
+                 self.worker_id, VERSION, url, ",".join(self.queues), self.concurrency,
                  extra={"event": "worker_started", "worker_id": self.worker_id,
-                        "version": __version__, "url": url, "queues": self.queues,
+                        "version": VERSION, "url": url, "queues": self.queues,
                         "concurrency": self.concurrency})
         self.started.set()
         self._fetch_task = asyncio.current_task()
@@ -324,6 +347,9 @@ class Worker:
             if self._stop_by is None:  # a burst run's end, or an error: no grace to give
                 self._stop_by = time.monotonic() + SHUTDOWN_SLACK
             unsubscribe()
+            if self._outage:
+                self._outage = 0
+                _outage.end()
             # Helpers also watch the flag: a cancel can be lost inside redis-py (design
             # §27), and a burst run ends without a stop signal.
             self.stopping = True
@@ -350,8 +376,15 @@ class Worker:
             # Steps given up on still wait on a dead connection, and the event loop's own
             # teardown would wait for their cancellation: the stop is done, so exit.
             logging.shutdown()
-            os._exit(0)
-        return 0
+            os._exit(self._exit_code)
+        return self._exit_code
+
+    def _cannot_run(self, exc: startup.CannotRun) -> int:
+        """The one line that says why this worker cannot run; its exit code."""
+        log.error("worker %s cannot run: %s", self.worker_id, exc,
+                  extra={"event": "worker_cannot_run", "exit_code": exc.exit_code})
+        self._exit_code = exc.exit_code
+        return exc.exit_code
 
     # -- signals and wake-ups ------------------------------------------------------------
 
@@ -528,13 +561,16 @@ class Worker:
                 unreplicated(exc, "claim")
                 jobs = exc.result if isinstance(exc.result, list) else []
             except LeaseqError as exc:
-                log.warning("fetch failed, retrying: %s", exc)
                 if metrics is not None:
                     metrics.dequeued(time.perf_counter() - began)
-                # No next_due either: the database did not answer, so ask it again only
-                # after a poll interval (on a dead network each call waits for the
-                # connection to be declared dead).
-                await self._wait(self.poll_interval * random.uniform(0.8, 1.2))
+                if startup.fatal(exc):  # tables dropped, a password changed: stop
+                    self._cannot_run(startup.cannot_run(exc, self.app.url))
+                    break
+                # No next_due either: the database did not answer, so ask it again after
+                # a backoff (on a dead network each call waits for the connection to be
+                # declared dead), with one WARNING per attempt.
+                pause = self._unreachable(exc)
+                await self._wait(pause)
                 idle = self.poll_interval
                 continue
             except asyncio.CancelledError:
@@ -543,6 +579,8 @@ class Worker:
                 break  # the stop gave up on this claim (_cut_fetch)
             finally:
                 self._fetching = False
+            if self._outage:
+                self._reachable()
             if metrics is not None:
                 metrics.dequeued(time.perf_counter() - began)
                 for job in jobs:
@@ -559,8 +597,10 @@ class Worker:
                 # Let the handlers begin before the next claim's own Python runs.
                 await asyncio.sleep(0)
                 continue
-            if self.burst and self.processed and not self.inflight:
-                log.info("queues empty: burst run done")
+            if self.burst and not self.inflight and not await self._due(aq):
+                log.info("nothing due in %s: burst run done (%d jobs processed)",
+                         ",".join(self.queues), self.processed,
+                         extra={"event": "burst_done", "worker_id": self.worker_id})
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
             # fleet of idle workers does not poll in step; at once the poll interval when
@@ -613,6 +653,24 @@ class Worker:
             if await self._wait(pause):
                 due_read = -math.inf  # woken: a job may have come with an earlier due time
 
+    def _unreachable(self, exc: LeaseqError) -> float:
+        """A claim failed: one WARNING for this attempt; the seconds until the next."""
+        if not self._outage:
+            _outage.begin()  # the other connections' retries go quiet meanwhile
+        self._outage += 1
+        pause = startup.retry_delay(self._outage)
+        log.warning("database %s unreachable (%s); attempt %d failed, retrying in %.1f s",
+                    redact_url(self.app.url), startup.one_line(exc), self._outage, pause,
+                    extra={"event": "database_unreachable", "attempt": self._outage,
+                           "retry_in": round(pause, 3), "worker_id": self.worker_id})
+        return pause
+
+    def _reachable(self) -> None:
+        log.info("database %s reachable again after %d failed attempts",
+                 redact_url(self.app.url), self._outage)
+        self._outage = 0
+        _outage.end()
+
     def _ahead(self) -> int:
         """Jobs to lease beyond the threads: as many as they run in ``AHEAD_WINDOW``, so a
         leased job waits for a thread about that long at most, on average."""
@@ -621,6 +679,22 @@ class Worker:
             return 0
         return min(MAX_AHEAD, int(self.concurrency * AHEAD_WINDOW / max(typical, 1e-6)))
 
+    async def _due(self, aq: AsyncQueue) -> bool:
+        """A burst run: whether a job of its queues is due now (held back by a limit or
+        not; design §53). True when the database does not answer: the run waits for it."""
+        self._fetching = True
+        try:
+            return await aq._due_now(self.queues)
+        except LeaseqError as exc:
+            log.log(_outage.level(), "due-job lookup failed, polling again: %s", exc)
+            return True
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise
+            return False  # the stop gave up on it (_cut_fetch); the loop ends next
+        finally:
+            self._fetching = False
+
     async def _next_due(self, aq: AsyncQueue) -> float | None:
         self._fetching = True
         try:
@@ -628,7 +702,7 @@ class Worker:
         except LeaseqError as exc:
             # Asked only after a claim that worked, so rare: the database went away
             # between the two (a warning, as a failed claim gets).
-            log.warning("next-due lookup failed, polling instead: %s", exc)
+            log.log(_outage.level(), "next-due lookup failed, polling instead: %s", exc)
             return None
         except asyncio.CancelledError:
             if not self._cut:
@@ -943,7 +1017,8 @@ class Worker:
                     except LeaseqError as exc:
                         # As a failed renewal: the next pass tries again, and the deadline
                         # check below self-fences if it keeps failing.
-                        log.warning("heartbeat of %d jobs failed (%s)", len(held), exc)
+                        log.log(_outage.level(), "heartbeat of %d jobs failed (%s)",
+                                len(held), exc)
                         for ctx, _ in due:
                             ctx.next_beat = now + min(1.0, ctx.lease / 10)
                 if due and q is not None:
@@ -981,7 +1056,7 @@ class Worker:
                 # Retry soon; the deadline check self-fences if renewals keep failing.
                 for ctx, _ in group:
                     ctx.next_beat = started + min(1.0, lease / 10)
-                log.warning("heartbeat of %d jobs failed (%s)", len(group), exc)
+                log.log(_outage.level(), "heartbeat of %d jobs failed (%s)", len(group), exc)
                 continue
             for (ctx, runner), state in zip(group, states, strict=True):
                 if isinstance(state, LeaseLost):
@@ -1042,7 +1117,7 @@ class Worker:
                     if pruned:
                         log.info("pruned %d history rows", pruned)
             except LeaseqError as exc:
-                log.warning("maintenance failed, will retry: %s", exc)
+                log.log(_outage.level(), "maintenance failed, will retry: %s", exc)
 
 
 def unreplicated(exc: NotReplicated, what: str) -> None:

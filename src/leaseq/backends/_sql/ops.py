@@ -35,7 +35,14 @@ from leaseq._core.job import (
 from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import decode
 from leaseq.backends._flows import decode_step, encode_step
-from leaseq.backends._sql.plan import UNIQUE_RETRIES, Plan, Result, Stmt, load_queries
+from leaseq.backends._sql.plan import (
+    UNIQUE_RETRIES,
+    Plan,
+    Result,
+    Stmt,
+    latest_migration,
+    load_queries,
+)
 from leaseq.backends.base import (
     FailItem,
     NewFlow,
@@ -477,6 +484,15 @@ class SqlOps:
                 best = wait
         return best
 
+    def due_now(self, queues: Sequence[str]) -> Plan[bool]:
+        """Whether a queue of ``queues`` that is not paused holds a job due now, limits or
+        not (``next_due``'s rows, without their limits)."""
+        for queue in dict.fromkeys(queues):
+            earliest, paused = (yield from self.due_row(queue))[:2]
+            if not paused and earliest is not None and float(earliest) <= 0:
+                return True
+        return False
+
     def due_row(self, queue: str) -> Plan[tuple[Any, ...]]:
         """``next_due``'s row for one queue: seconds until its earliest available job is
         due, then paused, concurrency_limit, running, rate_per_sec, rate_burst,
@@ -912,6 +928,13 @@ class SqlOps:
         )
 
     # -- reads ---------------------------------------------------------------------------
+
+    def schema_versions(self) -> Plan[tuple[int, int] | None]:
+        """The newest migration recorded in these tables and the newest this leaseq has;
+        ``SchemaMissing`` when there is no migrations table."""
+        r = yield Stmt("applied_versions", {})
+        recorded = max((int(row[0]) for row in r.rows), default=0)
+        return recorded, latest_migration(self.d.package)
 
     def get(self, job_id: int) -> Plan[JobInfo]:
         r = yield Stmt("get_live", {"id": job_id})

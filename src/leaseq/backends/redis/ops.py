@@ -601,6 +601,19 @@ class RedisOps:
         reply = yield Call("next_due", keys)
         return None if reply is None else float(reply)
 
+    def due_now(self, queues: Sequence[str]) -> Plan[bool]:
+        """``next_due.lua`` asked whether a job is due now, limits left aside."""
+        if not queues:
+            return False
+        names = list(dict.fromkeys(queues))
+        # One read per queue (slot) on a cluster, one for them all elsewhere.
+        groups = (list(self.k.queue(name)) for name in names) if self.cluster else [
+            [key for name in names for key in self.k.queue(name)]]
+        for keys in groups:
+            if (yield Call("next_due", keys, ("due",))) is not None:
+                return True
+        return False
+
     # -- calls on one job --------------------------------------------------------------
 
     def on_jobs(
@@ -991,6 +1004,12 @@ class RedisOps:
         return state  # type: ignore[return-value]
 
     # -- reads ---------------------------------------------------------------------------
+
+    def schema_versions(self) -> Plan[tuple[int, int] | None]:
+        """None: Redis keeps no schema versions (scripts load on first use). Reaches the
+        server all the same (AUTH, SELECT), so a bad password or database fails here."""
+        yield Call("PING", command=True)
+        return None
 
     def get(self, job_id: int) -> Plan[JobInfo]:
         reply = yield from self.on_job("get", job_id, only_job_key=True)
