@@ -70,7 +70,7 @@ def unknown_task(
     ``now`` and ``first_seen`` are database times. A ``grace`` of 0 buries at once."""
     names = ", ".join(known) or "none"
     if kind is None:
-        missing = f"the job has no kind, so no task of this worker (registered: {names}) runs it"
+        missing = f"the job has no kind: no task of this worker runs it (registered: {names})"
     else:
         missing = f"no task named {kind!r} is registered in this worker (registered: {names})"
     seen = first_seen or now
@@ -78,10 +78,9 @@ def unknown_task(
         stayed = "" if grace <= 0 else f", handed back for {grace:g} s"
         return Outcome("bury", error=f"{missing}{stayed}; kick the job once a worker that "
                                      "knows it runs", note={"type": UNKNOWN, "kind": kind})
-    message = f"{missing}; handed back"
-    note = {"type": UNKNOWN, "message": message, "kind": kind,
-            "first_seen": seen.isoformat()}
-    return Outcome("release", error=message, delay=delay, note=note)
+    note = {"type": UNKNOWN, "message": missing, "kind": kind, "first_seen": seen.isoformat(),
+            "grace": grace}
+    return Outcome("release", error=missing, delay=delay, note=note)
 
 
 def first_seen_unknown(detail: Any) -> datetime | None:

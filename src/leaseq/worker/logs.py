@@ -114,7 +114,7 @@ def written(job: Job, task: str | None, worker_id: str, outcome: Outcome,
     scheduled after a nack, ``delay`` seconds from now), a death (a nack that used the
     last attempt, a ``Bury``), a discard, a hand-back of an unknown task, or (only with
     ``log_jobs``) a success."""
-    name = task or job.kind or "(no kind)"
+    name = task or job.kind or "no kind"
     where = f"job {job.id} ({name}) on {job.queue}"
     if outcome.action == "ack":
         if log_jobs and jobs_log.isEnabledFor(logging.INFO):
@@ -128,10 +128,13 @@ def written(job: Job, task: str | None, worker_id: str, outcome: Outcome,
         if outcome.note is None:  # a cancel, a lost lease, shutdown: logged where they arise
             return
         when = _next_run(delay or 0.0)
-        jobs_log.warning("%s handed back: %s; again at %s", where, outcome.note["message"],
-                         when, extra={**_fields(job, task, worker_id, "job_unknown_task"),
-                                      "error_type": "UnknownTask", "next_run_at": when,
-                                      "first_seen": outcome.note.get("first_seen")})
+        note = outcome.note
+        jobs_log.warning("%s handed back: %s; offered again at %s, buried if still unknown "
+                         "%g s after %s", where, note["message"], when, note["grace"],
+                         note["first_seen"],
+                         extra={**_fields(job, task, worker_id, "job_unknown_task"),
+                                "error_type": "UnknownTask", "error": note["message"],
+                                "next_run_at": when, "first_seen": note["first_seen"]})
         return
     error_type, error = _exception(outcome)
     fields = {**_fields(job, task, worker_id, ""), "error_type": error_type, "error": error}

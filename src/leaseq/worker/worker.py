@@ -598,8 +598,9 @@ class Worker:
                 await asyncio.sleep(0)
                 continue
             if self.burst and not self.inflight and not await self._due(aq):
-                log.info("nothing due in %s: burst run done (%d jobs processed)",
+                log.info("nothing due in %s: burst run done (%d job%s processed)",
                          ",".join(self.queues), self.processed,
+                         "" if self.processed == 1 else "s",
                          extra={"event": "burst_done", "worker_id": self.worker_id})
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
