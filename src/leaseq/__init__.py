@@ -8,6 +8,7 @@ import typing
 
 from leaseq._aclient import AsyncQueue
 from leaseq._client import Queue, connect, connect_async
+from leaseq._core import version as _version
 from leaseq._core.backoff import Backoff
 from leaseq._core.flow import FlowState
 from leaseq._core.job import (
@@ -21,7 +22,6 @@ from leaseq._core.job import (
     ServerStats,
 )
 from leaseq._core.settings import Settings
-from leaseq._core.version import VERSION
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
@@ -75,8 +75,7 @@ def __getattr__(name: str) -> typing.Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = VERSION
+__version__ = _version.VERSION
 
 __all__ = [
     "App",
