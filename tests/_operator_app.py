@@ -14,6 +14,7 @@ app = leaseq.App(
     os.environ.get("LEASEQ_TEST_URL", "memory://operator-tests"),
     table_prefix=os.environ.get("LEASEQ_TEST_PREFIX", "leaseq_"),
     backoff=leaseq.Backoff(base=0.05, cap=0.1, jitter=0),
+    connect_timeout=float(os.environ.get("LEASEQ_TEST_CONNECT_TIMEOUT", "10")),
 )
 
 

@@ -291,3 +291,57 @@ def test_a_stop_while_waiting_for_the_database_exits_0(env: Env) -> None:
             proc.communicate()
     assert proc.returncode == 0, out
     assert "attempt 1 failed" in out
+
+
+def test_an_outage_while_running_is_one_warning_per_attempt_then_work_resumes(
+    env: Env, tmp_path: Path,
+) -> None:
+    """The database goes away under a running worker (its proxy closes: every connection
+    cut, new ones refused) and comes back: from the first report on, the worker's only
+    WARNINGs are its fetch loop's, one per attempt, numbered; then jobs run again."""
+    if env.backend != "postgres":
+        pytest.skip("a network outage: one server shows it")
+    import socket
+
+    from tests.netproxy import Proxy
+
+    proxy = Proxy.for_url(POSTGRES_URL)
+    url = proxy.url_for(POSTGRES_URL) + "?connect_timeout=2"
+    log = tmp_path / "worker.log"
+    envvars = {**os.environ, "LEASEQ_TEST_URL": url, "LEASEQ_TEST_PREFIX": env.prefix,
+               "PYTHONPATH": str(ROOT), "LEASEQ_TEST_CONNECT_TIMEOUT": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "leaseq.cli", "worker", APP, "--poll-interval", "0.1",
+             "--reclaim-interval", "0.3", "--grace", "5"],
+            cwd=ROOT, env=envvars, stdout=out, stderr=subprocess.STDOUT, text=True)
+    revived: Proxy | None = None
+    try:
+        wait_for(lambda: " started: " in log.read_text(), timeout=30, message="start")
+        first = env.q.enqueue("ops", {}, kind="noop").id
+        wait_for(lambda: env.q.get(first).state == "completed", timeout=15)
+        cut_at = len(log.read_text())
+        proxy.close()
+        wait_for(lambda: "attempt 3 failed" in log.read_text(), timeout=30,
+                 message="three failed attempts")
+        revived = Proxy(*proxy.target, listener=socket.create_server(("127.0.0.1", proxy.port)))
+        wait_for(lambda: "reachable again" in log.read_text(), timeout=60,
+                 message="the database back")
+        second = env.q.enqueue("ops", {}, kind="noop").id
+        wait_for(lambda: env.q.get(second).state == "completed", timeout=15)
+        proc.terminate()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proxy.close()
+        if revived is not None:
+            revived.close()
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    during = text[cut_at:text.index("reachable again")]
+    warnings = lines(during, "WARNING")  # LISTEN's and the turn's losses are INFO
+    assert len(warnings) >= 3, text
+    for attempt, line in enumerate(warnings, 1):
+        assert "unreachable" in line and f"attempt {attempt} failed" in line, text

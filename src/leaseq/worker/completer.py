@@ -110,9 +110,9 @@ class Completer:
             if job.id not in again:
                 self.on_done(job, failure)
         if again:
-            log.log(_outage.level(),
+            log.log(_outage.level_for(failure),
                     "ack of %d jobs failed (%s); trying again in %.1f s while their "
-                        "leases last", len(again), failure, self.pause)
+                    "leases last", len(again), failure, self.pause)
             await asyncio.sleep(self.pause)
             self.pause = min(RETRY_MAX, self.pause * 2)
             self.pending[:0] = [item for item in batch if item[0].id in again]

@@ -70,9 +70,24 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+def _pool_noise(record: logging.LogRecord) -> bool:
+    """psycopg's pool logs each failed reconnect of its own at WARNING: during an outage,
+    several a second next to the worker's one line per attempt (docs/workers.md). Those
+    go to DEBUG; anything else it says passes as it is."""
+    if record.levelno == logging.WARNING and record.msg.startswith(
+            ("error connecting in", "reconnection attempt in pool",
+             "discarding closed connection", "discarding broken connection")):
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+    return True
+
+
 def configure(level: str, fmt: str = "text", processes: bool = False) -> None:
     """The root logger's handler for ``leaseq worker``: ``fmt`` ``text`` or ``json``, on
-    stderr."""
+    stderr. psycopg's pool's reconnect lines are moved to DEBUG (``_pool_noise``)."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if _pool_noise not in pool_log.filters:
+        pool_log.addFilter(_pool_noise)
     handler = logging.StreamHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

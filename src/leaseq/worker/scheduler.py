@@ -150,7 +150,8 @@ class Scheduler:
             self.handled[schedule.name] = tick
             return True
         except Exception as exc:
-            log.log(_outage.level(), "schedule %s: enqueue of tick %s failed, will retry: %s",
+            log.log(_outage.level_for(exc),
+                    "schedule %s: enqueue of tick %s failed, will retry: %s",
                     schedule.name, tick.isoformat(), exc)
             return False
         self.handled[schedule.name] = tick
@@ -172,7 +173,7 @@ class Scheduler:
             found = await self.aq.jobs(schedule.task.defaults.queue, kind=schedule.task.name,
                                        unique_key=schedule.key(tick), limit=1)
         except Exception as exc:
-            log.log(_outage.level(), "schedule %s: could not check tick %s: %s",
+            log.log(_outage.level_for(exc), "schedule %s: could not check tick %s: %s",
                     schedule.name, tick.isoformat(), exc)
             return
         if not found:

@@ -149,7 +149,7 @@ async def take_turns_pg(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.log(_outage.level(),
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
                     "turn connection lost (%s); claiming on every wake-up meanwhile", exc)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
@@ -212,7 +212,7 @@ async def take_turns_mysql(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.log(_outage.level(),
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
                     "turn connection lost (%s); polling as without turns meanwhile",
                         str(exc) or type(exc).__name__)
             await asyncio.sleep(pause)
@@ -292,8 +292,9 @@ async def take_turns_redis(
             refused = True
             await asyncio.sleep(30.0)
         except Exception as exc:
-            log.log(_outage.level(), "Redis turn connection lost (%s); claiming on every wake-up "
-                        "meanwhile", str(exc) or type(exc).__name__)
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
+                    "Redis turn connection lost (%s); claiming on every wake-up meanwhile",
+                    str(exc) or type(exc).__name__)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
         finally:

@@ -687,7 +687,7 @@ class Worker:
         try:
             return await aq._due_now(self.queues)
         except LeaseqError as exc:
-            log.log(_outage.level(), "due-job lookup failed, polling again: %s", exc)
+            log.log(_outage.level_for(exc), "due-job lookup failed, polling again: %s", exc)
             return True
         except asyncio.CancelledError:
             if not self._cut:
@@ -703,7 +703,7 @@ class Worker:
         except LeaseqError as exc:
             # Asked only after a claim that worked, so rare: the database went away
             # between the two (a warning, as a failed claim gets).
-            log.log(_outage.level(), "next-due lookup failed, polling instead: %s", exc)
+            log.log(_outage.level_for(exc), "next-due lookup failed, polling instead: %s", exc)
             return None
         except asyncio.CancelledError:
             if not self._cut:
@@ -1018,7 +1018,7 @@ class Worker:
                     except LeaseqError as exc:
                         # As a failed renewal: the next pass tries again, and the deadline
                         # check below self-fences if it keeps failing.
-                        log.log(_outage.level(), "heartbeat of %d jobs failed (%s)",
+                        log.log(_outage.level_for(exc), "heartbeat of %d jobs failed (%s)",
                                 len(held), exc)
                         for ctx, _ in due:
                             ctx.next_beat = now + min(1.0, ctx.lease / 10)
@@ -1057,7 +1057,8 @@ class Worker:
                 # Retry soon; the deadline check self-fences if renewals keep failing.
                 for ctx, _ in group:
                     ctx.next_beat = started + min(1.0, lease / 10)
-                log.log(_outage.level(), "heartbeat of %d jobs failed (%s)", len(group), exc)
+                log.log(_outage.level_for(exc), "heartbeat of %d jobs failed (%s)",
+                        len(group), exc)
                 continue
             for (ctx, runner), state in zip(group, states, strict=True):
                 if isinstance(state, LeaseLost):
@@ -1118,7 +1119,9 @@ class Worker:
                     if pruned:
                         log.info("pruned %d history rows", pruned)
             except LeaseqError as exc:
-                log.log(_outage.level(), "maintenance failed, will retry: %s", exc)
+                log.log(_outage.level_for(exc), "maintenance failed, will retry: %s", exc)
+            if not self._outage:
+                self._wake_soon()  # the fetch loop finds out, and reports it
 
 
 def unreplicated(exc: NotReplicated, what: str) -> None:
