@@ -23,6 +23,7 @@ from leaseq._core.version import VERSION
 from leaseq.errors import (
     AuthenticationFailed,
     BackendError,
+    BackendUnavailable,
     ConfigurationError,
     LeaseqError,
     SchemaMissing,
@@ -94,8 +95,9 @@ async def reach(aq: AsyncQueue, url: str, start_timeout: float | None,
                                 f"{waited:.0f} s (--start-timeout {start_timeout:g}): "
                                 f"{one_line(exc)}",
                                 EX_UNAVAILABLE) from exc
-            log.warning("database %s unreachable (%s); attempt %d failed, retrying in %.1f s",
-                        redact_url(url), one_line(exc), attempt, delay,
+            what = "unreachable" if isinstance(exc, BackendUnavailable) else "failed"
+            log.warning("database %s %s (%s); attempt %d failed, retrying in %.1f s",
+                        redact_url(url), what, one_line(exc), attempt, delay,
                         extra={"event": "database_unreachable", "attempt": attempt,
                                "retry_in": round(delay, 3)})
             until = time.monotonic() + delay

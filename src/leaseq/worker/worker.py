@@ -62,6 +62,7 @@ from leaseq._core.redact import redact_url
 from leaseq._core.version import VERSION
 from leaseq._hooks import FailureHook
 from leaseq.errors import (
+    BackendUnavailable,
     LeaseLost,
     LeaseqError,
     NotReplicated,
@@ -637,8 +638,10 @@ class Worker(Heartbeats):
             _outage.begin()  # the other connections' retries go quiet meanwhile
         self._outage += 1
         pause = startup.retry_delay(self._outage)
-        log.warning("database %s unreachable (%s); attempt %d failed, retrying in %.1f s",
-                    redact_url(self.app.url), startup.one_line(exc), self._outage, pause,
+        what = ("unreachable" if isinstance(exc, BackendUnavailable)
+                else "refused a claim")  # a database error that may pass: retried the same
+        log.warning("database %s %s (%s); attempt %d failed, retrying in %.1f s",
+                    redact_url(self.app.url), what, startup.one_line(exc), self._outage, pause,
                     extra={"event": "database_unreachable", "attempt": self._outage,
                            "retry_in": round(pause, 3), "worker_id": self.worker_id})
         return pause
