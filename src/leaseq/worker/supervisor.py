@@ -17,7 +17,7 @@ each an OS process running one ``Worker`` with the same options, and then:
   would (each stops fetching and lets its running jobs finish within ``grace``) and waits
   for them; a child still alive ``grace + STOP_MARGIN`` seconds later is killed. A second
   signal kills every child at once. The exit code is 0 when every child stopped with 0,
-  else 1;
+  the code of a child that exited 78 or 69 (below), else 1;
 * **leaves no orphans**: each child watches its pipe to the supervisor; when the
   supervisor dies (even by SIGKILL) the pipe closes and the child stops as on SIGTERM,
   and exits by itself ``grace + STOP_MARGIN`` seconds later at the latest.
