@@ -24,6 +24,15 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
     return leaseq
 
 
+def test_enqueue_without_a_kind_says_what_will_happen(run) -> None:  # type: ignore[no-untyped-def]
+    out = run("enqueue", "emails", "{}", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["id"]  # stdout stays one object
+    [note] = out.stderr.splitlines()
+    assert note.startswith("note: no --kind, so no App task matches this job")
+    assert "hands it back" in note and "buries it after unknown_task_grace" in note
+    assert run("enqueue", "emails", "{}", "--kind", "send").stderr == ""
+
+
 def test_operator_round_trip(run) -> None:  # type: ignore[no-untyped-def]
     out = run("enqueue", "emails", '{"to": "ada"}', "--priority", "5", "--json")
     assert out.returncode == 0, out.stderr

@@ -36,7 +36,10 @@ def test_s8_a_worker_with_a_wrong_clock_keeps_database_time(
     with open(tmp_path / "worker.log", "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-c", SKEWED, str(skew), "worker", "tests._worker_app:app",
-             "--queues", "w", "--poll-interval", "0.1", "--reclaim-interval", "0.2"],
+             "--queues", "w", "--poll-interval", "0.1", "--reclaim-interval", "0.2",
+             # Handed back, then buried a second of database time after the first sight:
+             # a grace read on the skewed clock would bury at once or never.
+             "--unknown-task-delay", "0.2", "--unknown-task-grace", "1"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: q.get(now).state == "dead", timeout=30)  # no "ping" task: buried

@@ -351,7 +351,8 @@ def test_worker_outcomes_and_histograms_on_every_backend(
     lg = long_task.enqueue().id
     touchy_task.enqueue()
     try:
-        with running(local, metrics=metrics, grace=0.2, reclaim_interval=3600):
+        with running(local, metrics=metrics, grace=0.2, reclaim_interval=3600,
+                     unknown_task_grace=0):  # buried on sight: counted dead at once
             for job in oks:
                 wait_for(lambda job=job: state(local, job, "completed"), message="ok")
             wait_for(lambda: state(local, fl, "completed"), message="flaky completed")
@@ -459,7 +460,8 @@ def test_a_worker_process_serves_its_metrics(process_url: str, tmp_path: Path) -
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "leaseq.cli", "worker", "tests.test_metrics:app",
-             "--poll-interval", "0.1", "--log-level", "INFO", "--metrics-port", "0"],
+             "--poll-interval", "0.1", "--log-level", "INFO", "--metrics-port", "0",
+             "--unknown-task-grace", "0"],  # "nope" is buried on sight: one dead
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
         port = int(wait_for(lambda: re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics",

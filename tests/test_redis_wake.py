@@ -231,7 +231,7 @@ def test_the_publish_is_a_hint_a_user_denied_the_channel_still_works(
                 await asyncio.gather(task, return_exceptions=True)
             assert wakes.count == 0
 
-        with caplog.at_level(logging.WARNING, logger="leaseq.worker"):
+        with caplog.at_level(logging.DEBUG, logger="leaseq.worker"):
             asyncio.run(body())
         [warning] = refused()
         assert "&leaseq_:wake" in warning
@@ -342,7 +342,7 @@ def test_listen_redis_comes_back_after_its_connection_is_killed(
             await asyncio.gather(task, return_exceptions=True)
         assert task.cancelled()
 
-    with caplog.at_level(logging.WARNING, logger="leaseq.worker"):
+    with caplog.at_level(logging.DEBUG, logger="leaseq.worker"):
         asyncio.run(body())
     assert any("subscription lost" in r.getMessage() for r in caplog.records)
 
@@ -380,7 +380,7 @@ def test_listen_redis_gives_up_on_a_server_that_stops_answering(
             await asyncio.gather(task, return_exceptions=True)
 
     try:
-        with caplog.at_level(logging.WARNING, logger="leaseq.worker"):
+        with caplog.at_level(logging.DEBUG, logger="leaseq.worker"):
             asyncio.run(body())
     finally:
         server.kill()

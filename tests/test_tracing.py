@@ -174,6 +174,7 @@ def test_a_job_of_an_unknown_task_is_an_error_too(
     def known() -> None: ...
 
     job_id = q.enqueue("t", {}, kind="unknown").id
+    app.unknown_task_grace = 0  # buried on sight, as before the grace
     burst(app)
     assert q.get(job_id).state == "dead"
     [run] = spans(traced, "leaseq.run")

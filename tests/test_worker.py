@@ -97,15 +97,82 @@ def test_retry_bury_and_discard_signals(app: leaseq.App) -> None:
         assert wait_for(lambda: state(app, d, "discarded")).error == "stale request"
 
 
-def test_a_job_of_an_unregistered_task_goes_dead_with_a_clear_error(app: leaseq.App) -> None:
+def test_a_job_of_an_unknown_task_is_handed_back_then_buried_after_the_grace(
+    app: leaseq.App,
+) -> None:
+    """A rolling deploy: a job of a task this worker does not know yet is handed back (no
+    attempt used), with when it was first seen; it goes dead only once it has stayed
+    unknown for the grace, counted from then."""
     @app.task(queue="w")
     def known() -> None: ...
 
     job = app.queue.enqueue("w", {}, kind="gone.task").id
-    with running(app):
+    with running(app, unknown_task_delay=0.2, unknown_task_grace=1.5):
+        seen = wait_for(lambda: app.queue.get(job).releases >= 1 and app.queue.get(job))
+        assert seen.state in ("scheduled", "available", "running")
+        assert "no task named 'gone.task'" in (seen.error or "")
+        detail = seen.error_detail or {}
+        assert (detail["type"], detail["kind"]) == ("UnknownTask", "gone.task")
+        first_seen = detail["first_seen"]
+        time.sleep(0.5)  # seconds after the first sight, it is still alive
+        alive = app.queue.get(job)
+        assert alive.state != "dead" and alive.attempts == 0
+        dead = wait_for(lambda: state(app, job, "dead"), timeout=15)
+    assert "no task named 'gone.task'" in (dead.error or "")
+    assert "handed back for 1.5 s" in (dead.error or "")
+    assert dead.releases >= 2 and dead.attempts == 1  # every hand-back gave its attempt back
+    assert first_seen is not None
+
+
+def test_a_job_of_an_unknown_task_delayed_past_the_grace_is_handed_back_first(
+    app: leaseq.App,
+) -> None:
+    """The grace counts from the first sight, not from created_at: a job enqueued long
+    before it comes due is not buried on sight."""
+    @app.task(queue="w")
+    def known() -> None: ...
+
+    job = app.queue.enqueue("w", {}, kind="later.task", delay=1.0).id
+    with running(app, unknown_task_delay=30, unknown_task_grace=0.5):
+        seen = wait_for(lambda: app.queue.get(job).releases >= 1 and app.queue.get(job))
+    assert seen.state == "scheduled"
+
+
+def test_a_job_of_an_unknown_task_with_no_grace_goes_dead_at_once(app: leaseq.App) -> None:
+    @app.task(queue="w")
+    def known() -> None: ...
+
+    job = app.queue.enqueue("w", {}, kind="gone.task").id
+    kindless = app.queue.enqueue("w", {}).id
+    with running(app, unknown_task_grace=0):
         dead = wait_for(lambda: state(app, job, "dead"))
+        nameless = wait_for(lambda: state(app, kindless, "dead"))
     assert "no task named 'gone.task'" in (dead.error or "")
     assert dead.attempts == 1  # no looping
+    assert "the job has no kind" in (nameless.error or "")
+
+
+@pytest.mark.parametrize("is_async", [True, False])
+def test_a_stored_traceback_starts_at_the_users_frame(app: leaseq.App, is_async: bool) -> None:
+    """leaseq's own frames (the job's task, the handler thread, asyncio) say nothing about
+    the failure: the stored traceback starts at the handler."""
+    if is_async:
+        @app.task(queue="w", max_attempts=1, name="explodes")
+        async def explodes_async() -> None:
+            raise ValueError("boom")
+    else:
+        @app.task(queue="w", max_attempts=1, name="explodes")
+        def explodes() -> None:
+            raise ValueError("boom")
+
+    job = app.queue.enqueue("w", {}, kind="explodes").id
+    with running(app):
+        dead = wait_for(lambda: state(app, job, "dead"))
+    for trace in ((dead.error_detail or {})["traceback"], dead.error or ""):
+        frames = [line for line in trace.splitlines() if line.lstrip().startswith("File ")]
+        assert frames and __file__ in frames[0], trace
+        assert "leaseq" not in "".join(f.split(__file__)[0] for f in frames), trace
+        assert trace.rstrip().endswith("ValueError: boom")
 
 
 @pytest.mark.parametrize("is_async", [True, False])

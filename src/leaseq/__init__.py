@@ -8,6 +8,7 @@ import typing
 
 from leaseq._aclient import AsyncQueue
 from leaseq._client import Queue, connect, connect_async
+from leaseq._core import version as _version
 from leaseq._core.backoff import Backoff
 from leaseq._core.flow import FlowState
 from leaseq._core.job import (
@@ -76,8 +77,7 @@ def __getattr__(name: str) -> typing.Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = "0.1.0"
+__version__ = _version.VERSION
 
 __all__ = [
     "App",

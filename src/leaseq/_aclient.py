@@ -353,13 +353,23 @@ class AsyncQueue(Shared):
         self._finished_states([item[0] for item in failures], states)
         return [state is not None for state in states]
 
+    async def _due_now(self, queues: Sequence[str]) -> bool:
+        """``Backend.due_now``: what keeps a burst worker running."""
+        return await self._backend.due_now(v.queue_names(queues))
+
+    async def _schema_versions(self) -> tuple[int, int] | None:
+        """``Backend.schema_versions``: the worker's start-up check."""
+        return await self._backend.schema_versions()
+
     async def release(
-        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None
+        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None,
+        error: object = None,
     ) -> JobState:
         """See ``Queue.release``."""
         job_id, token = self._held(job)
+        text, detail = self._error(error)
         state = await self._backend.release(job_id, token, self._retry_delay(job, delay, None),
-                                            self._priority(priority))
+                                            self._priority(priority), text, detail)
         self._finished_states((job_id,), (state,))
         return state
 

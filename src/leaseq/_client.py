@@ -428,14 +428,29 @@ class Queue(Shared):
         self._finished_states([item[0] for item in failures], states)
         return [state is not None for state in states]
 
+    def _due_now(self, queues: str | Sequence[str]) -> bool:
+        """``Backend.due_now``: what keeps a burst worker running."""
+        return self._backend.due_now(v.queue_names(queues))
+
+    def _schema_versions(self) -> tuple[int, int] | None:
+        """``Backend.schema_versions``: what the worker checks at start."""
+        return self._backend.schema_versions()
+
     def release(
-        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None
+        self, job: Job, *, delay: float | timedelta = 0, priority: int | None = None,
+        error: object = None,
     ) -> JobState:
         """Give the job back without counting a failure (the attempt is returned too),
-        optionally with a new ``priority``."""
+        optionally with a new ``priority``.
+
+        ``error`` is an optional note on why, stored as ``nack``'s ``error`` is (text, a
+        dict, or an exception; read back as ``JobInfo.error`` and ``error_detail``); None
+        keeps the job's last error. The release still is no failure: ``failed_at`` and
+        the attempts are as without it."""
         job_id, token = self._held(job)
+        text, detail = self._error(error)
         state = self._backend.release(job_id, token, self._retry_delay(job, delay, None),
-                                      self._priority(priority))
+                                      self._priority(priority), text, detail)
         self._finished_states((job_id,), (state,))
         return state
 

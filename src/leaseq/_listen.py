@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from leaseq import _outage
+
 log = logging.getLogger("leaseq.worker")
 
 Finished = Callable[[Sequence[int] | None], None]
@@ -142,7 +144,8 @@ async def _listen_pg(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("LISTEN connection lost (%s); polling until it is back", exc)
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
+                    "LISTEN connection lost (%s); polling until it is back", exc)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
 
@@ -261,8 +264,9 @@ async def _listen_redis(
             refused = True
             await asyncio.sleep(30.0)
         except Exception as exc:
-            log.warning("Redis wake-up subscription lost (%s); polling until it is back",
-                        str(exc) or type(exc).__name__)
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
+                    "Redis wake-up subscription lost (%s); polling until it is back",
+                    str(exc) or type(exc).__name__)
             failures += 1  # a cluster URL's next node, if it names several
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)

@@ -1,9 +1,10 @@
 """``leaseq bench``: the three workloads that matter, on any backend, with no peer needed.
 
 * **enqueue**: jobs/s one ``enqueue`` at a time, and with ``enqueue_many`` batches of 1,000;
-* **drain**: jobs/s for ``workers`` worker processes (``leaseq worker --burst``) to run N
-  pre-enqueued no-op jobs, timed from the moment the queue is resumed (the workers start
-  against a paused queue, so process start-up is not measured) to the last completion;
+* **drain**: jobs/s for ``workers`` worker processes to run N pre-enqueued no-op jobs,
+  timed from the moment the queue is resumed (the workers start against a paused queue,
+  so process start-up is not measured) to the last completion, which the bench watches
+  for (a ``--burst`` worker would exit at once: a paused queue has nothing due);
 * **naps**: seconds for one worker to run 1,000 ``async`` jobs that each sleep 1 s (with
   the default concurrency they all run at once);
 * **pickup latency**: one worker; a producer enqueues at a steady rate; each job records
@@ -90,16 +91,18 @@ class Bench:
         for first in range(0, n, 5000):
             self.q.enqueue_many(items[first:first + 5000])
         self.q.pause(QUEUE)
-        procs = [self._worker(concurrency, burst=True) for _ in range(workers)]
+        procs = [self._worker(concurrency, burst=False) for _ in range(workers)]
         try:
             self._wait_started(procs)
             start = time.perf_counter()
             self.q.resume(QUEUE)
             deadline = time.monotonic() + max(120.0, n / 100)
-            while any(p.poll() is None for p in procs):
+            while self.q.stats()[QUEUE].completed < n:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"drain of {n} jobs did not finish")
-                time.sleep(0.005)
+                if not any(p.poll() is None for p in procs):
+                    raise RuntimeError("every bench worker exited before the drain ended")
+                time.sleep(0.01)
             elapsed = time.perf_counter() - start
         finally:
             self._stop(procs)

@@ -441,6 +441,13 @@ class App:
             failed by raising (docs/hooks.md).
         on_dead: Default ``on_dead`` hook: ``fn(job, exc)``, called when a failure left
             the job dead.
+        unknown_task_delay: Seconds after which a worker of this app offers again a job
+            whose task it does not know (another kind, or no kind): it hands the job back
+            (a release: no attempt used) rather than burying it, since a newer worker may
+            know it (a rolling deploy). Defaults to 60.
+        unknown_task_grace: Seconds a job may stay unknown, counted from the first time a
+            worker handed it back, before a worker buries it (dead, for ``leaseq kick``).
+            Defaults to 3600; 0 buries at once.
         **settings: ``leaseq.Settings`` fields (lease, max_attempts, backoff, ...).
     """
 
@@ -450,8 +457,18 @@ class App:
         *,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
+        unknown_task_delay: float = 60.0,
+        unknown_task_grace: float = 3600.0,
         **settings: Any,
     ) -> None:
+        for name, value in (("unknown_task_delay", unknown_task_delay),
+                            ("unknown_task_grace", unknown_task_grace)):
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and 0 <= value < float("inf")):
+                raise ConfigurationError(f"{name} must be a number of seconds >= 0, "
+                                         f"got {value!r}")
+        self.unknown_task_delay = float(unknown_task_delay)
+        self.unknown_task_grace = float(unknown_task_grace)
         self.url = url or DEFAULT_URL
         self.on_failure = _hook("on_failure", on_failure)
         self.on_dead = _hook("on_dead", on_dead)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from leaseq._core.backoff import Backoff
 from leaseq._core.job import Job, JobState
+from leaseq._core.trace import format_user
 from leaseq._core.validate import Raised, error_text
 from leaseq.outcomes import Bury, Discard, Retry
 
@@ -18,13 +19,15 @@ Hook = Literal["on_failure", "on_dead"]
 @dataclass(frozen=True)
 class Outcome:
     """``action`` to take on the job; ``delay`` None means the job's backoff; ``exc``
-    is what the handler raised, for the failure hooks."""
+    is what the handler raised, for the failure hooks; ``note`` what a release records
+    as the job's error (the hand-back of a job of an unknown task)."""
 
     action: Action
     result: Any = None
     error: str | None = None
     delay: float | None = None
     exc: BaseException | None = None
+    note: dict[str, Any] | None = None
 
 
 def succeeded(result: Any) -> Outcome:
@@ -39,8 +42,7 @@ def failed(exc: BaseException) -> Outcome:
         return Outcome("bury", error=error_text(exc.reason), exc=exc)
     if isinstance(exc, Discard):
         return Outcome("discard", error=error_text(exc.reason), exc=exc)
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return Outcome("nack", error=error_text(text), exc=exc)
+    return Outcome("nack", error=error_text(format_user(exc)), exc=exc)
 
 
 def timed_out(seconds: float) -> Outcome:
@@ -53,13 +55,43 @@ def unstorable_result(exc: BaseException) -> Outcome:
     return Outcome("nack", error=error_text(f"result could not be stored: {exc}"), exc=exc)
 
 
-def unknown_task(kind: str | None, known: list[str]) -> Outcome:
+UNKNOWN = "UnknownTask"
+"""``error_detail["type"]`` of a job handed back for an unknown task."""
+
+
+def unknown_task(
+    kind: str | None, known: list[str], *, first_seen: datetime | None = None,
+    now: datetime | None = None, delay: float = 0.0, grace: float = 0.0,
+) -> Outcome:
+    """A job no registered task handles (a kind this worker does not know yet, in a
+    rolling deploy, or no kind at all): handed back after ``delay`` seconds (a release,
+    the attempt returned) with a note of when a worker ``first_seen`` it unknown (``now``
+    on the first sight), until it has stayed unknown for ``grace`` seconds; then buried.
+    ``now`` and ``first_seen`` are database times. A ``grace`` of 0 buries at once."""
     names = ", ".join(known) or "none"
-    return Outcome(
-        "bury",
-        error=f"no task named {kind!r} is registered in this worker (registered: {names}); "
-        "kick the job once a worker that knows it runs",
-    )
+    if kind is None:
+        missing = f"the job has no kind: no task of this worker runs it (registered: {names})"
+    else:
+        missing = f"no task named {kind!r} is registered in this worker (registered: {names})"
+    seen = first_seen or now
+    if grace <= 0 or now is None or seen is None or (now - seen).total_seconds() >= grace:
+        stayed = "" if grace <= 0 else f", handed back for {grace:g} s"
+        return Outcome("bury", error=f"{missing}{stayed}; kick the job once a worker that "
+                                     "knows it runs", note={"type": UNKNOWN, "kind": kind})
+    note = {"type": UNKNOWN, "message": missing, "kind": kind, "first_seen": seen.isoformat(),
+            "grace": grace}
+    return Outcome("release", error=missing, delay=delay, note=note)
+
+
+def first_seen_unknown(detail: Any) -> datetime | None:
+    """When a worker first handed the job back as unknown, from its ``error_detail``;
+    None when it never did (or the note is not one of ours)."""
+    if not (isinstance(detail, dict) and detail.get("type") == UNKNOWN):
+        return None
+    try:
+        return datetime.fromisoformat(str(detail.get("first_seen")))
+    except ValueError:
+        return None
 
 
 Call = tuple[str, tuple[Any, ...], dict[str, Any]]
@@ -82,6 +114,8 @@ def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
         # Bury is the fenced step; the discard of the then-dead job cannot race a holder.
         return [("bury", (job,), {"reason": outcome.error}),
                 ("discard", (job.id,), {"reason": outcome.error})]
+    if outcome.note is not None and outcome.action == "release":
+        return [("release", (job,), {"delay": outcome.delay or 0.0, "error": outcome.note})]
     return [("release", (job,), {})]
 
 

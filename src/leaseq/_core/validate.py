@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from leaseq._core.job import Undecodable
+from leaseq._core.trace import format_user
 from leaseq.errors import (
     InvalidArgument,
     InvalidQueueName,
@@ -305,8 +305,7 @@ class Raised:
 def _exception_detail(value: BaseException) -> str:
     """``{"type", "message", "traceback"}`` of an exception, as JSON text."""
     message = error_text(str(value)) or ""
-    trace = error_text("".join(
-        traceback.format_exception(type(value), value, value.__traceback__))) or ""
+    trace = error_text(format_user(value)) or ""
     if len(trace) > MAX_TRACEBACK:  # keep the end: where it was raised
         trace = "...[truncated]" + trace[-MAX_TRACEBACK:]
     record = {"type": type(value).__name__, "message": message[:MAX_TRACEBACK],

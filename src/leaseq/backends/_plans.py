@@ -36,7 +36,7 @@ UNKNOWN = ("; if the connection dropped after the request was sent, the write ma
 READS = frozenset({"get", "stats", "peek", "queue_configs", "server_version", "server_config",
                    "oldest_transaction_age", "list_jobs",
                    "paused", "next_due", "get_flow",
-                   "priority_counts"})
+                   "priority_counts", "schema_versions", "due_now"})
 
 
 def outcome_unknown(error: LeaseqError) -> LeaseqError:
@@ -122,9 +122,11 @@ class PlanBackend:
         return self.run("fail_many", lambda: self.ops.fail_many(items))
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> Any:
-        return self.run("release", lambda: self.ops.release(job_id, token, delay, priority))
+        return self.run("release", lambda: self.ops.release(job_id, token, delay, priority,
+                                                            error, detail))
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
@@ -146,6 +148,12 @@ class PlanBackend:
 
     def get(self, job_id: int) -> Any:
         return self.run("get", lambda: self.ops.get(job_id))
+
+    def due_now(self, queues: Sequence[str]) -> Any:
+        return self.run("due_now", lambda: self.ops.due_now(queues))
+
+    def schema_versions(self) -> Any:
+        return self.run("schema_versions", self.ops.schema_versions)
 
     def stats(self) -> Any:
         return self.run("stats", self.ops.stats)

@@ -112,6 +112,17 @@ class Backend(Protocol):
     def migrate(self) -> None:
         """Create or upgrade the schema; idempotent and safe to race."""
 
+    def due_now(self, queues: Sequence[str]) -> bool:
+        """Whether a queue of ``queues`` that is not paused holds a job due now (available,
+        its time come), whether or not its rate or concurrency limit lets it start yet:
+        what keeps ``leaseq worker --burst`` running. Reads only."""
+
+    def schema_versions(self) -> tuple[int, int] | None:
+        """``(recorded, needed)``: the newest migration applied to the tables and the
+        newest this leaseq ships; None for a backend without migrations (Redis, memory).
+        ``SchemaMissing`` when the tables were never created. Reads only; a worker checks
+        it at start (recorded older than needed: run ``leaseq migrate``)."""
+
     def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
         fresh: Collection[str] = (),
@@ -248,10 +259,15 @@ class Backend(Protocol):
         state after per job, None (nothing changed) per stale lease."""
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> JobState:
         """running → available/scheduled with the attempt given back (releases + 1), at
-        ``priority`` when given; → cancelled when a cancel was requested."""
+        ``priority`` when given; → cancelled when a cancel was requested.
+
+        A release is not a failure (``failed_at`` is left alone). ``error`` and ``detail``
+        are an optional note, stored as ``fail`` stores them (the job's last error and
+        ``error_detail``) when ``error`` is given; None keeps the last error as it was."""
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
@@ -357,6 +373,8 @@ class AsyncBackend(Protocol):
     supports_transactions: bool
 
     async def migrate(self) -> None: ...
+    async def schema_versions(self) -> tuple[int, int] | None: ...
+    async def due_now(self, queues: Sequence[str]) -> bool: ...
     async def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
         fresh: Collection[str] = (),
@@ -391,7 +409,8 @@ class AsyncBackend(Protocol):
     ) -> JobState: ...
     async def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]: ...
     async def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> JobState: ...
     async def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,

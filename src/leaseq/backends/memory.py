@@ -134,6 +134,10 @@ class MemoryBackend:
     def migrate(self) -> None:
         """Nothing to create."""
 
+    def schema_versions(self) -> tuple[int, int] | None:
+        """None: nothing to migrate."""
+        return None
+
     def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
         fresh: Collection[str] = (),
@@ -233,6 +237,13 @@ class MemoryBackend:
         return limits.allowance(limit, concurrency,
                                 self._running(queue) if concurrency is not None else 0,
                                 rate, self._tokens(queue, now) if rate is not None else None)
+
+    def due_now(self, queues: Sequence[str]) -> bool:
+        with self.lock:
+            now = self.clock()
+            wanted = set(queues) - self.paused_queues
+            return any(r.queue in wanted and r.state == "available" and r.available_at <= now
+                       for r in self.live.values())
 
     def next_due(self, queues: Sequence[str]) -> float | None:
         with self.lock:
@@ -519,7 +530,8 @@ class MemoryBackend:
             return out
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> JobState:
         with self.lock:
             r = self._held(job_id, token)
@@ -530,7 +542,7 @@ class MemoryBackend:
             r.releases += 1
             if priority is not None:
                 r.priority = priority
-            return self._reschedule(r, delay, None)
+            return self._reschedule(r, delay, error, detail)
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,

@@ -1,14 +1,17 @@
 """The ``leaseq`` command line: thin, it parses arguments, calls the public API, renders.
 
 Exit codes scripts can trust: 0 success, 1 a leaseq error (bad input, bad state), 2 bad
-usage, 3 the database is unreachable or refused us, 4 no such job, 130 interrupted.
+usage, 3 the database is unreachable or refused us, 4 no such job, 130 interrupted; and
+from ``leaseq worker``: 69 the database stayed unreachable for ``--start-timeout``, 78
+the worker cannot run as configured (bad URL or credentials, unknown database, tables
+missing or older than this leaseq: run ``leaseq migrate``), which ``--processes`` does
+not restart.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 import sys
 import time
@@ -58,7 +61,8 @@ def cli() -> None:
     """leaseq: a durable job queue in the database you already run.
 
     Every command takes --url (or LEASEQ_URL; default sqlite:///leaseq.db). Exit codes:
-    0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable, 4 no such job.
+    0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable, 4 no such job; worker:
+    69 database unreachable past --start-timeout, 78 cannot run as configured.
     """
 
 
@@ -153,7 +157,8 @@ def schema(dialect: str, table_prefix: str) -> None:
 @cli.command()
 @click.argument("queue")
 @click.argument("payload", default="null")
-@click.option("--kind", help="Task name the worker routes on.")
+@click.option("--kind", help="Task name the worker routes on. Without it no App task runs "
+                             "the job (it is for your own dequeue loop).")
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--delay", type=duration, default="0", help="Run after this long (90s, 5m).")
 @click.option("--unique-key", help="At most one live job per queue and key.")
@@ -175,6 +180,10 @@ def enqueue(queue: str, payload: str, kind: str | None, priority: int, delay: fl
         emit({"id": r.id, "created": r.created})
     else:
         click.echo(f"job {r.id} {'enqueued' if r.created else 'already queued (unique key)'}")
+    if kind is None:  # on stderr: --json output stays one object
+        click.echo("note: no --kind, so no App task matches this job: a leaseq worker hands "
+                   "it back (every 60 s by default) and buries it after unknown_task_grace "
+                   "(1 h); give --kind TASK for a worker to run it", err=True)
 
 
 COUNTS = ("available", "scheduled", "running", "dead", "completed", "cancelled", "discarded")
@@ -567,8 +576,37 @@ def process_count(text: str | int) -> int:
               help="Also prune history (completed, cancelled, discarded jobs) older than "
                    "this, e.g. 7d, 12h, 3600: soon after start, then about hourly. Off by default: "
                    "history is kept until pruned.")
-@click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
+@click.option("--burst", is_flag=True,
+              help="Exit 0 once nothing of the worked queues is due: no job is available "
+                   "now (jobs held back only by a rate or concurrency limit count as due: "
+                   "it waits for them) and none runs in this worker. Scheduled jobs, "
+                   "retries this run scheduled for later and jobs of paused queues do not "
+                   "keep it running. Exits at once when nothing is due at start.")
 @click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True,
+              help="json: one JSON object per line (ts, level, logger, msg, pid and the "
+                   "record's fields: event, job_id, queue, task, attempt, max_attempts, "
+                   "error_type, error, next_run_at, worker_id; docs/workers.md).")
+@click.option("--log-jobs", is_flag=True,
+              help="Also log one INFO line per job that succeeded (failures, deaths and "
+                   "unknown tasks are always logged).")
+@click.option("--unknown-task-delay", type=click.FloatRange(0), default=None,
+              metavar="SECONDS",
+              help="A job of a task this worker does not know (or of no kind) is handed "
+                   "back to run again after this long [default: the app's "
+                   "unknown_task_delay, 60].")
+@click.option("--unknown-task-grace", type=click.FloatRange(0), default=None,
+              metavar="SECONDS",
+              help="...until it has stayed unknown this long since a worker first handed "
+                   "it back; then it is buried (dead) [default: the app's "
+                   "unknown_task_grace, 3600; 0 buries at once].")
+@click.option("--start-timeout", type=click.FloatRange(0, min_open=True), default=None,
+              metavar="SECONDS",
+              help="Give up (exit 69) when the database is still unreachable this long "
+                   "after start [default: keep trying]. A database that answers but cannot "
+                   "be used (bad URL or credentials, unknown database, tables missing or "
+                   "older than this leaseq) exits 78 at once.")
 @click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               envvar="LEASEQ_METRICS_PORT",
@@ -584,7 +622,9 @@ def process_count(text: str | int) -> int:
                    "pay off for CPU-bound handlers and very short jobs (docs/workers.md).")
 def worker(app_path: str, queues: str | None, concurrency: int | None, lease: float | None,
            grace: float, poll_interval: float, reclaim_interval: float,
-           prune_history_after: float | None, burst: bool, log_level: str,
+           prune_history_after: float | None, burst: bool, log_level: str, log_format: str,
+           log_jobs: bool, unknown_task_delay: float | None,
+           unknown_task_grace: float | None, start_timeout: float | None,
            url: str | None, metrics_port: int | None, metrics_host: str,
            processes: int) -> None:
     """Run the tasks of MODULE:APP until SIGTERM or SIGINT.
@@ -592,17 +632,14 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
     History is kept unless --prune-history-after is given (or `leaseq prune` runs).
     --metrics-port serves the worker's metrics and the queue counts (docs/operations.md);
     with --processes, one endpoint sums every process (docs/workers.md)."""
+    from leaseq.worker import logs
+
     if processes > 1:
         # Lines of the supervisor and of each worker process say which process wrote them.
         import multiprocessing
 
-        from leaseq.worker.supervisor import LOG_FORMAT
-
         multiprocessing.current_process().name = "leaseq-supervisor"
-        logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT)
-    else:
-        logging.basicConfig(level=log_level.upper(),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(log_level, log_format, processes=processes > 1)
     app = load_app(app_path)
     if url:
         app.url = url
@@ -612,7 +649,10 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
     options = WorkerOptions(app_path, url=url, queues=tuple(names) if names else None,
                             concurrency=concurrency, lease=lease, grace=grace,
                             poll_interval=poll_interval, reclaim_interval=reclaim_interval,
-                            prune_after=prune_history_after, burst=burst, log_level=log_level)
+                            prune_after=prune_history_after, burst=burst, log_level=log_level,
+                            log_format=log_format, log_jobs=log_jobs,
+                            unknown_task_delay=unknown_task_delay,
+                            unknown_task_grace=unknown_task_grace, start_timeout=start_timeout)
     if processes > 1:
         options.build(app)  # bad options (no queues to work) fail here, not in N processes
         sys.exit(Supervisor(options, processes, metrics_port=metrics_port,

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from leaseq import _outage
 from leaseq._aclient import AsyncQueue
 from leaseq._core.job import Job
 from leaseq.errors import BackendUnavailable, NotReplicated
@@ -109,8 +110,9 @@ class Completer:
             if job.id not in again:
                 self.on_done(job, failure)
         if again:
-            log.warning("ack of %d jobs failed (%s); trying again in %.1f s while their "
-                        "leases last", len(again), failure, self.pause)
+            log.log(_outage.level_for(failure),
+                    "ack of %d jobs failed (%s); trying again in %.1f s while their "
+                    "leases last", len(again), failure, self.pause)
             await asyncio.sleep(self.pause)
             self.pause = min(RETRY_MAX, self.pause * 2)
             self.pending[:0] = [item for item in batch if item[0].id in again]

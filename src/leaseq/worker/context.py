@@ -34,6 +34,7 @@ class JobContext:
     timed_out: bool = False
     shutting_down: bool = False
     started: bool = False
+    ran: float | None = None  # seconds the handler ran, once it returned or raised
     deadline: float = field(default_factory=time.monotonic)
     next_beat: float = field(default_factory=time.monotonic)
     # Where the lease ends: as the database last reported it, and as this process's

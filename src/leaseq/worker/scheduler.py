@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from leaseq import _outage
 from leaseq.errors import ValidationError
 from leaseq.schedules import Schedule
 
@@ -149,8 +150,9 @@ class Scheduler:
             self.handled[schedule.name] = tick
             return True
         except Exception as exc:
-            log.warning("schedule %s: enqueue of tick %s failed, will retry: %s",
-                        schedule.name, tick.isoformat(), exc)
+            log.log(_outage.level_for(exc),
+                    "schedule %s: enqueue of tick %s failed, will retry: %s",
+                    schedule.name, tick.isoformat(), exc)
             return False
         self.handled[schedule.name] = tick
         if result.created:
@@ -171,8 +173,8 @@ class Scheduler:
             found = await self.aq.jobs(schedule.task.defaults.queue, kind=schedule.task.name,
                                        unique_key=schedule.key(tick), limit=1)
         except Exception as exc:
-            log.warning("schedule %s: could not check tick %s: %s", schedule.name,
-                        tick.isoformat(), exc)
+            log.log(_outage.level_for(exc), "schedule %s: could not check tick %s: %s",
+                    schedule.name, tick.isoformat(), exc)
             return
         if not found:
             log.info("schedule %s: tick %s was missed (no worker ran) and is skipped: older "

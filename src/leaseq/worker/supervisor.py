@@ -9,11 +9,15 @@ each an OS process running one ``Worker`` with the same options, and then:
   resets it), so a crash loop costs a start every half minute, not a spinning CPU. Each
   restart is logged with the exit code. In ``--burst`` runs a child that exits 0 has
   emptied its queues and is not restarted;
+* **does not restart what a restart cannot cure**: a child that exits 78 (``EX_CONFIG``:
+  bad URL or credentials, unknown database, tables missing or older than this leaseq)
+  or 69 (``EX_UNAVAILABLE``: the database stayed unreachable for ``--start-timeout``)
+  stops the group, and the supervisor exits with that code (worker/startup.py);
 * **stops the group on SIGTERM or SIGINT**: it asks every child to stop as a first signal
   would (each stops fetching and lets its running jobs finish within ``grace``) and waits
   for them; a child still alive ``grace + STOP_MARGIN`` seconds later is killed. A second
   signal kills every child at once. The exit code is 0 when every child stopped with 0,
-  else 1;
+  the code of a child that exited 78 or 69 (below), else 1;
 * **leaves no orphans**: each child watches its pipe to the supervisor; when the
   supervisor dies (even by SIGKILL) the pipe closes and the child stops as on SIGTERM,
   and exits by itself ``grace + STOP_MARGIN`` seconds later at the latest.
@@ -53,6 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 from leaseq.errors import ConfigurationError, LeaseqError
 from leaseq.tasks import App
+from leaseq.worker import logs
+from leaseq.worker.startup import EX_CONFIG, EX_UNAVAILABLE
 from leaseq.worker.worker import Worker
 
 if TYPE_CHECKING:
@@ -75,8 +81,11 @@ again: it was not crash-looping."""
 STOP_MARGIN = 15.0
 """Seconds past ``grace`` a stopping child gets to give its jobs back and exit before it is
 killed (by the supervisor, or by itself when the supervisor is gone)."""
-LOG_FORMAT = "%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
+LOG_FORMAT = logs.PROCESS_TEXT_FORMAT
 """Log lines of the supervisor and its children name the process (``leaseq-worker-2``)."""
+FINAL = (EX_CONFIG, EX_UNAVAILABLE)
+"""Exit codes of a child that a restart would not help (worker/startup.py): the group
+stops and the supervisor exits with the same code."""
 
 
 def cpu_count() -> int:
@@ -131,6 +140,11 @@ class WorkerOptions:
     prune_after: float | None = None
     burst: bool = False
     log_level: str = "INFO"
+    log_format: str = "text"
+    log_jobs: bool = False
+    unknown_task_delay: float | None = None
+    unknown_task_grace: float | None = None
+    start_timeout: float | None = None
     metrics: bool = False
     """Record ``WorkerMetrics`` and serve them on a loopback port for the supervisor."""
 
@@ -139,7 +153,10 @@ class WorkerOptions:
         return Worker(app, list(self.queues) if self.queues else None,
                       concurrency=self.concurrency, lease=self.lease, grace=self.grace,
                       poll_interval=self.poll_interval, reclaim_interval=self.reclaim_interval,
-                      prune_after=self.prune_after, burst=self.burst, metrics=metrics)
+                      prune_after=self.prune_after, burst=self.burst, metrics=metrics,
+                      log_jobs=self.log_jobs, unknown_task_delay=self.unknown_task_delay,
+                      unknown_task_grace=self.unknown_task_grace,
+                      start_timeout=self.start_timeout)
 
     def load(self) -> App:
         """The app, with ``url`` applied."""
@@ -199,6 +216,7 @@ class Supervisor:
         self._signals: list[int] = []
         self._stop_by: float | None = None  # set by the first signal
         self._killed = False
+        self._final = 0  # the FINAL exit code a child ended with
         self._metrics: GroupMetrics | None = None
 
     # -- the loop ------------------------------------------------------------------------
@@ -287,6 +305,8 @@ class Supervisor:
         return [c for c in self.children if c.process is not None]
 
     def _exit_code(self) -> int:
+        if self._final:
+            return self._final
         if self._killed:
             return 1
         return 0 if all(c.stopped in (None, 0) for c in self.children) else 1
@@ -340,6 +360,14 @@ class Supervisor:
             log.info("worker process %d (pid %s) finished its burst", child.index, process.pid)
             child.done = True
             return
+        if code in FINAL:
+            child.stopped = code
+            self._final = self._final or code
+            log.error("worker process %d (pid %s) cannot run (%s, see its error above); not "
+                      "restarting it, stopping the others", child.index, process.pid,
+                      _describe(code))
+            self._stop_group("a worker process cannot run")
+            return
         ran = time.monotonic() - child.started
         child.early_deaths = child.early_deaths + 1 if ran < STABLE_AFTER else 1
         delay = restart_delay(child.early_deaths)
@@ -365,19 +393,23 @@ class Supervisor:
             signum = self._signals.pop(0)
             name = signal.Signals(signum).name
             if self._stop_by is None:
-                self._stop_by = time.monotonic() + self.options.grace + STOP_MARGIN
-                log.info("%s: asking %d worker processes to finish their jobs (grace %.0f s)",
-                         name, len(self._alive()), self.options.grace)
-                for child in self.children:
-                    child.restart_at = None
-                    if child.conn is not None:
-                        with contextlib.suppress(OSError):
-                            child.conn.send(("stop",))
+                self._stop_group(name)
             elif not self._killed:
                 log.warning("second %s: killing %d worker processes; their leases will expire",
                             name, len(self._alive()))
                 self._killed = True
                 self._kill_all()
+
+    def _stop_group(self, why: str) -> None:
+        """Asks every child to finish its jobs and exit, as a first signal does."""
+        self._stop_by = time.monotonic() + self.options.grace + STOP_MARGIN
+        log.info("%s: asking %d worker processes to finish their jobs (grace %.0f s)",
+                 why, len(self._alive()), self.options.grace)
+        for child in self.children:
+            child.restart_at = None
+            if child.conn is not None:
+                with contextlib.suppress(OSError):
+                    child.conn.send(("stop",))
 
     def _kill_all(self) -> None:
         for child in self._alive():
@@ -434,7 +466,7 @@ class _Stopper:
 
 def _child_main(options: WorkerOptions, conn: Connection) -> None:
     """The body of one child process (spawned: this is its entry point)."""
-    logging.basicConfig(level=options.log_level.upper(), format=LOG_FORMAT)
+    logs.configure(options.log_level, options.log_format, processes=True)
     stopper = _Stopper()
     # Until Worker.run() installs its handlers, a stop signal (a Ctrl-C during start-up)
     # is remembered rather than raised in the middle of the app's import.
@@ -452,7 +484,7 @@ def _child_main(options: WorkerOptions, conn: Connection) -> None:
         worker = options.build(app, recorder)
     except LeaseqError as exc:
         log.error("worker process cannot start: %s: %s", type(exc).__name__, exc)
-        sys.exit(1)
+        sys.exit(EX_CONFIG if isinstance(exc, ConfigurationError) else 1)
     stopper.worker = worker
     if stopper.asked:
         worker.stop()

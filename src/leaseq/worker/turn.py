@@ -42,6 +42,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leaseq import _outage
+
 log = logging.getLogger("leaseq.worker")
 
 TURN_TTL = 10.0
@@ -147,7 +149,8 @@ async def take_turns_pg(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("turn connection lost (%s); claiming on every wake-up meanwhile", exc)
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
+                    "turn connection lost (%s); claiming on every wake-up meanwhile", exc)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
         finally:
@@ -209,7 +212,8 @@ async def take_turns_mysql(
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("turn connection lost (%s); polling as without turns meanwhile",
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
+                    "turn connection lost (%s); polling as without turns meanwhile",
                         str(exc) or type(exc).__name__)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
@@ -288,8 +292,9 @@ async def take_turns_redis(
             refused = True
             await asyncio.sleep(30.0)
         except Exception as exc:
-            log.warning("Redis turn connection lost (%s); claiming on every wake-up "
-                        "meanwhile", str(exc) or type(exc).__name__)
+            log.log(_outage.level(logging.INFO, repeat=pause > 0.5),
+                    "Redis turn connection lost (%s); claiming on every wake-up meanwhile",
+                    str(exc) or type(exc).__name__)
             await asyncio.sleep(pause)
             pause = min(pause * 2, 30.0)
         finally:

@@ -20,7 +20,10 @@ Shape:
   a missed renewal deadline marks the job lost (async handlers are cancelled, sync ones
   see ``current_job().lease_lost``) and its outcome is never written; a cancel request
   stops the handler and records the job as cancelled; a renewal refused by the queue's
-  touch limits counts as a lost lease;
+  touch limits counts as a lost lease (``heartbeat.py``, a mixin of ``Worker``);
+* **start-up** checks the database and its schema first (``startup.py``): what will not
+  fix itself ends the run with exit code 78, an unreachable server is retried with
+  backoff; the jobs' log lines are written by ``logs.py``;
 * **failure hooks** (``on_failure``, ``on_dead``) run after a failure is written, in a
   task of their own (plain hooks in a small thread pool), with the job as then stored;
 * **maintenance**: reclaim of expired leases every few seconds and, when asked
@@ -45,39 +48,38 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _hooks, _listen, tracing
+from leaseq import _hooks, _listen, _outage, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._aclient import AsyncQueue
 from leaseq._aio import wait_event
-from leaseq._client import Queue
 from leaseq._core import outcome as decide
 from leaseq._core.job import Job, JobState
 from leaseq._core.outcome import Hook, Outcome
+from leaseq._core.redact import redact_url
+from leaseq._core.version import VERSION
 from leaseq._hooks import FailureHook
 from leaseq.errors import (
-    JobCancelled,
+    BackendUnavailable,
     LeaseLost,
     LeaseqError,
     NotReplicated,
-    TouchLimitExceeded,
     ValidationError,
 )
 from leaseq.tasks import App, Task
+from leaseq.worker import logs, startup
 from leaseq.worker import turn as turn_
 from leaseq.worker.completer import Completer
 from leaseq.worker.context import JobContext, set_current
+from leaseq.worker.heartbeat import FENCE_MARGIN, Heartbeats, unreplicated
 from leaseq.worker.threads import HandlerThreads
 
 if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
 
 log = logging.getLogger("leaseq.worker")
-FENCE_MARGIN = 0.1
-"""A job whose lease is within this share of its length of running out, unrenewed, is
-treated as lost (self-fencing)."""
 
 ASYNC_CONCURRENCY = 1000
 """Default cap on running jobs when every task is ``async def``."""
@@ -112,12 +114,9 @@ SHUTDOWN_SLACK = 5.0
 """Seconds past ``grace`` a stop may take: what is left to write after the grace (acks,
 give-backs) and closing the connections get this long together, then the worker exits
 regardless (design §37), leaving any lease it could not give back to expire."""
-FENCE_TICK = 0.05
-"""How often the event loop looks for a lease past its self-fencing deadline: the check
-does not wait for a renewal to come back, which on a dead network takes seconds."""
 
 
-class Worker:
+class Worker(Heartbeats):
     """Runs an ``App``'s tasks from ``queues``.
 
     Args:
@@ -142,11 +141,24 @@ class Worker:
             to None: history is kept until you prune it (``leaseq prune``, or
             ``leaseq worker --prune-history-after 7d``).
         worker_id: Names this worker in the jobs it holds. Defaults to host:pid:random.
-        burst: Stop by itself once it has run jobs and finds its queues empty (for
-            batch runs and benchmarks). Defaults to False.
+        burst: Stop by itself (exit code 0) once nothing of its queues is due and no job
+            runs in it, whether or not it ran any: jobs held back only by a rate or
+            concurrency limit are due (it waits for them); jobs scheduled for later (a
+            retry this run scheduled included) and jobs of paused queues are not. For
+            batch runs and benchmarks. Defaults to False.
         metrics: A ``leaseq.metrics.WorkerMetrics`` to record into (jobs processed by
             outcome, run and wait times, claim and ack latency, jobs held); serve it with
             its ``serve(port)``. Defaults to None: nothing is recorded or imported.
+        log_jobs: Also log one INFO line per job that succeeded (``leaseq.worker.jobs``);
+            failures, deaths and unknown tasks are logged always. Defaults to False.
+        unknown_task_delay: Seconds before a job of a task this worker does not know is
+            offered again; defaults to the app's ``unknown_task_delay`` (60).
+        unknown_task_grace: Seconds such a job may stay unknown before it is buried;
+            defaults to the app's ``unknown_task_grace`` (3600).
+        start_timeout: Seconds to keep trying an unreachable database at start before
+            giving up (exit code 69). Defaults to None: for ever. A database that answers
+            but cannot be used (bad credentials, unknown database, tables missing or
+            older than this leaseq) ends the run at once with exit code 78 (design §53).
     """
 
     def __init__(
@@ -163,6 +175,10 @@ class Worker:
         worker_id: str | None = None,
         burst: bool = False,
         metrics: WorkerMetrics | None = None,
+        log_jobs: bool = False,
+        unknown_task_delay: float | None = None,
+        unknown_task_grace: float | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
@@ -185,6 +201,14 @@ class Worker:
         self.prune_after = prune_after
         self.burst = burst
         self.metrics = metrics
+        self.log_jobs = log_jobs
+        self.start_timeout = start_timeout
+        self._exit_code = 0
+        self._outage = 0  # failed claims in a row while the database is unreachable
+        self.unknown_task_delay = (app.unknown_task_delay if unknown_task_delay is None
+                                   else unknown_task_delay)
+        self.unknown_task_grace = (app.unknown_task_grace if unknown_task_grace is None
+                                   else unknown_task_grace)
         # This run's recorder; None (metrics off) costs one comparison per event.
         self._metrics: WorkerRecorder | None = None
         suffix = f"{random.randrange(16**4):04x}"
@@ -215,6 +239,7 @@ class Worker:
         self._owns_process = False  # run(): the stop may end the process (watchdog)
         self._abandoned = False  # a shutdown step was given up on (_bounded)
         self._limits: Callable[[str], bool] = lambda queue: False
+        self._aq: AsyncQueue | None = None  # this run's client
         self._turn = turn_.Turn()
         self._watches = False  # MySQL/MariaDB: the turn's holder polls every WATCH_TICK
         self.started = threading.Event()
@@ -242,14 +267,12 @@ class Worker:
             self._loop.call_soon_threadsafe(self._request_stop)
 
     async def run_async(self, install_signals: bool = False) -> int:
-        """Run inside an existing event loop until stopped; returns the exit code."""
+        """Run inside an existing event loop until stopped; returns the exit code: 0, or
+        ``startup.EX_CONFIG`` (78) when the database cannot be used as configured, or
+        ``startup.EX_UNAVAILABLE`` (69) when it stayed unreachable for ``start_timeout``."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._freed = asyncio.Event()
-        self._threads = HandlerThreads(self._loop, self.concurrency, "leaseq-job")
-        self._hook_pool = concurrent.futures.ThreadPoolExecutor(
-            HOOK_THREADS, thread_name_prefix="leaseq-job-hook"
-        )
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal)
@@ -258,7 +281,23 @@ class Worker:
         inline = self.app.settings.reclaim_interval
         if inline is not None:
             self._reclaim_every = min(self.reclaim_interval, max(inline, MIN_RECLAIM))
-        aq = AsyncQueue(self.app.url, replace(self.app.settings, reclaim_interval=None))
+        try:
+            aq = AsyncQueue(self.app.url, replace(self.app.settings, reclaim_interval=None))
+        except LeaseqError as exc:  # a bad URL, a missing driver extra
+            return self._cannot_run(startup.cannot_run(exc, self.app.url))
+        try:
+            await startup.reach(aq, self.app.url, self.start_timeout, lambda: self.stopping)
+        except startup.CannotRun as exc:
+            await aq.close()
+            return self._cannot_run(exc)
+        if self.stopping:  # stopped while waiting for the database
+            await aq.close()
+            return 0
+        self._threads = HandlerThreads(self._loop, self.concurrency, "leaseq-job")
+        self._hook_pool = concurrent.futures.ThreadPoolExecutor(
+            HOOK_THREADS, thread_name_prefix="leaseq-job-hook"
+        )
+        self._aq = aq
         self._limits = aq._concurrency_limited
         if self.metrics is not None:
             self._metrics = self.metrics.recorder(aq.backend, self.queues, self._held_queues)
@@ -289,8 +328,12 @@ class Worker:
             if turns is not None:
                 helpers.append(turns)
         helpers.append(asyncio.create_task(self._fence(), name="leaseq-fence"))
-        log.info("worker %s started: queues=%s concurrency=%d", self.worker_id,
-                 ",".join(self.queues), self.concurrency)
+        url = redact_url(self.app.url)
+        log.info("worker %s started: leaseq %s on %s, queues=%s, concurrency=%d",
+                 self.worker_id, VERSION, url, ",".join(self.queues), self.concurrency,
+                 extra={"event": "worker_started", "worker_id": self.worker_id,
+                        "version": VERSION, "url": url, "queues": self.queues,
+                        "concurrency": self.concurrency})
         self.started.set()
         self._fetch_task = asyncio.current_task()
         try:
@@ -300,6 +343,9 @@ class Worker:
             if self._stop_by is None:  # a burst run's end, or an error: no grace to give
                 self._stop_by = time.monotonic() + SHUTDOWN_SLACK
             unsubscribe()
+            if self._outage:
+                self._outage = 0
+                _outage.end()
             # Helpers also watch the flag: a cancel can be lost inside redis-py (design
             # §27), and a burst run ends without a stop signal.
             self.stopping = True
@@ -326,8 +372,15 @@ class Worker:
             # Steps given up on still wait on a dead connection, and the event loop's own
             # teardown would wait for their cancellation: the stop is done, so exit.
             logging.shutdown()
-            os._exit(0)
-        return 0
+            os._exit(self._exit_code)
+        return self._exit_code
+
+    def _cannot_run(self, exc: startup.CannotRun) -> int:
+        """The one line that says why this worker cannot run; its exit code."""
+        log.error("worker %s cannot run: %s", self.worker_id, exc,
+                  extra={"event": "worker_cannot_run", "exit_code": exc.exit_code})
+        self._exit_code = exc.exit_code
+        return exc.exit_code
 
     # -- signals and wake-ups ------------------------------------------------------------
 
@@ -415,24 +468,6 @@ class Worker:
             return
         task.result()
 
-    async def _fence(self) -> None:
-        """Self-fencing on the event loop, independent of the heartbeat thread: a renewal
-        on a dead connection blocks that thread until the connection is declared dead,
-        while the lease runs out meanwhile (design §37)."""
-        while True:
-            now = time.monotonic()
-            soonest = now + 0.5
-            for ctx, runner in list(self.inflight.values()):
-                if ctx.lease_lost or runner.done():
-                    continue
-                if now >= ctx.deadline:
-                    self._lose(ctx, runner, "no lease renewal in time")
-                else:
-                    soonest = min(soonest, ctx.deadline)
-            # Asleep until the soonest deadline (a renewal may move it: looked at again
-            # then), at most half a second (jobs claimed meanwhile), never a busy loop.
-            await asyncio.sleep(max(FENCE_TICK, soonest - now))
-
     def _take_turns(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
         """The idle workers of one queue set take turns answering push wake-ups
         (``worker/turn.py``): PostgreSQL (an advisory lock) and single-server Redis; on
@@ -504,13 +539,16 @@ class Worker:
                 unreplicated(exc, "claim")
                 jobs = exc.result if isinstance(exc.result, list) else []
             except LeaseqError as exc:
-                log.warning("fetch failed, retrying: %s", exc)
                 if metrics is not None:
                     metrics.dequeued(time.perf_counter() - began)
-                # No next_due either: the database did not answer, so ask it again only
-                # after a poll interval (on a dead network each call waits for the
-                # connection to be declared dead).
-                await self._wait(self.poll_interval * random.uniform(0.8, 1.2))
+                if startup.fatal(exc):  # tables dropped, a password changed: stop
+                    self._cannot_run(startup.cannot_run(exc, self.app.url))
+                    break
+                # No next_due either: the database did not answer, so ask it again after
+                # a backoff (on a dead network each call waits for the connection to be
+                # declared dead), with one WARNING per attempt.
+                pause = self._unreachable(exc)
+                await self._wait(pause)
                 idle = self.poll_interval
                 continue
             except asyncio.CancelledError:
@@ -519,6 +557,8 @@ class Worker:
                 break  # the stop gave up on this claim (_cut_fetch)
             finally:
                 self._fetching = False
+            if self._outage:
+                self._reachable()
             if metrics is not None:
                 metrics.dequeued(time.perf_counter() - began)
                 for job in jobs:
@@ -535,8 +575,11 @@ class Worker:
                 # Let the handlers begin before the next claim's own Python runs.
                 await asyncio.sleep(0)
                 continue
-            if self.burst and self.processed and not self.inflight:
-                log.info("queues empty: burst run done")
+            if self.burst and not self.inflight and not await self._due(aq):
+                log.info("nothing due in %s: burst run done (%d job%s processed)",
+                         ",".join(self.queues), self.processed,
+                         "" if self.processed == 1 else "s",
+                         extra={"event": "burst_done", "worker_id": self.worker_id})
                 break
             # Empty queues: wait longer each time (up to poll_interval), with jitter so a
             # fleet of idle workers does not poll in step; at once the poll interval when
@@ -589,6 +632,26 @@ class Worker:
             if await self._wait(pause):
                 due_read = -math.inf  # woken: a job may have come with an earlier due time
 
+    def _unreachable(self, exc: LeaseqError) -> float:
+        """A claim failed: one WARNING for this attempt; the seconds until the next."""
+        if not self._outage:
+            _outage.begin()  # the other connections' retries go quiet meanwhile
+        self._outage += 1
+        pause = startup.retry_delay(self._outage)
+        what = ("unreachable" if isinstance(exc, BackendUnavailable)
+                else "refused a claim")  # a database error that may pass: retried the same
+        log.warning("database %s %s (%s); attempt %d failed, retrying in %.1f s",
+                    redact_url(self.app.url), what, startup.one_line(exc), self._outage, pause,
+                    extra={"event": "database_unreachable", "attempt": self._outage,
+                           "retry_in": round(pause, 3), "worker_id": self.worker_id})
+        return pause
+
+    def _reachable(self) -> None:
+        log.info("database %s reachable again after %d failed attempts",
+                 redact_url(self.app.url), self._outage)
+        self._outage = 0
+        _outage.end()
+
     def _ahead(self) -> int:
         """Jobs to lease beyond the threads: as many as they run in ``AHEAD_WINDOW``, so a
         leased job waits for a thread about that long at most, on average."""
@@ -597,6 +660,22 @@ class Worker:
             return 0
         return min(MAX_AHEAD, int(self.concurrency * AHEAD_WINDOW / max(typical, 1e-6)))
 
+    async def _due(self, aq: AsyncQueue) -> bool:
+        """A burst run: whether a job of its queues is due now (held back by a limit or
+        not; design §53). True when the database does not answer: the run waits for it."""
+        self._fetching = True
+        try:
+            return await aq._due_now(self.queues)
+        except LeaseqError as exc:
+            log.log(_outage.level_for(exc), "due-job lookup failed, polling again: %s", exc)
+            return True
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise
+            return False  # the stop gave up on it (_cut_fetch); the loop ends next
+        finally:
+            self._fetching = False
+
     async def _next_due(self, aq: AsyncQueue) -> float | None:
         self._fetching = True
         try:
@@ -604,7 +683,7 @@ class Worker:
         except LeaseqError as exc:
             # Asked only after a claim that worked, so rare: the database went away
             # between the two (a warning, as a failed claim gets).
-            log.warning("next-due lookup failed, polling instead: %s", exc)
+            log.log(_outage.level_for(exc), "next-due lookup failed, polling instead: %s", exc)
             return None
         except asyncio.CancelledError:
             if not self._cut:
@@ -707,7 +786,7 @@ class Worker:
     async def _outcome(self, ctx: JobContext, task: Task[Any, Any] | None) -> Outcome:
         """Runs the handler; what it returned or raised, as an outcome to record."""
         if task is None:
-            return decide.unknown_task(ctx.job.kind, sorted(self.app.tasks))
+            return await self._unknown(ctx.job)
         timeout = task.defaults.timeout
         began = time.monotonic()
         try:
@@ -723,8 +802,26 @@ class Worker:
                 return decide.timed_out(timeout)
             return decide.failed(exc)
         finally:
+            ctx.ran = time.monotonic() - began
             if self._metrics is not None:
-                self._metrics.ran(ctx.job, time.monotonic() - began)
+                self._metrics.ran(ctx.job, ctx.ran)
+
+    async def _unknown(self, job: Job) -> Outcome:
+        """A job of a task this worker does not know: handed back, with when a worker first
+        saw it unknown (read from the job), until ``unknown_task_grace`` has passed since
+        then; times are the database's (the claim's, from the lease it granted)."""
+        now = job.lease_until - timedelta(seconds=job.lease)
+        first_seen = None
+        if self.unknown_task_grace > 0:
+            try:
+                assert self._aq is not None
+                info = await self._aq.get(job.id)
+                first_seen = decide.first_seen_unknown(info.error_detail)
+            except LeaseqError as exc:  # handed back as if first seen: the grace is longer
+                log.warning("job %s: its earlier hand-backs could not be read (%s)", job.id, exc)
+        return decide.unknown_task(job.kind, sorted(self.app.tasks), first_seen=first_seen,
+                                   now=now, delay=self.unknown_task_delay,
+                                   grace=self.unknown_task_grace)
 
     async def _call(self, ctx: JobContext, task: Task[Any, Any]) -> Any:
         payload = ctx.job.payload
@@ -765,12 +862,20 @@ class Worker:
         if ctx.cancelled:
             result = Outcome("release")  # recorded as cancelled: a cancel was requested
         backoff = task.retry_backoff(job) if task else None
+        if result.action == "nack" and result.delay is None:
+            # The backoff's delay, drawn here rather than inside nack, so that the log
+            # line can say when the job runs again.
+            await aq._fresh_configs()
+            result = replace(result, delay=aq._retry_delay(job, None, backoff))
         state: JobState | None = None  # what a nack left the job as
+        name = task.name if task else None
         try:
             try:
                 if result.action == "ack":
                     aq._result(result.result)  # an unstorable result fails this job alone
                     self._completer.submit(job, result.result)
+                    logs.written(job, name, self.worker_id, result, None, None, ctx.ran,
+                                 self.log_jobs)
                     return True
                 for method, args, kwargs in decide.calls(job, result, backoff):
                     try:
@@ -781,7 +886,11 @@ class Worker:
                     state = returned if method == "nack" else state
             except ValidationError as exc:  # the result was not storable JSON
                 result = decide.unstorable_result(exc)
-                state = await aq.nack(job, result.error, backoff=backoff)
+                result = replace(result, delay=aq._retry_delay(job, None, backoff))
+                state = await aq.nack(job, result.error, delay=result.delay)
+            if not ctx.cancelled:
+                logs.written(job, name, self.worker_id, result, state, result.delay, ctx.ran,
+                             self.log_jobs)
             self.processed += 1
             self.failed += result.action in ("nack", "bury", "discard")
             if self._metrics is not None:
@@ -868,108 +977,6 @@ class Worker:
                         and not (ctx.lease_lost or ctx.cancelled)):
                     self._metrics.finished(ctx.job, "lease_lost")
 
-    # -- heartbeats --------------------------------------------------------------------
-
-    def _heartbeats(self) -> None:
-        """Renew held leases from a thread of its own, with a client of its own, opened
-        when the first job is held (not at start, where it would compete with the first
-        claim for the CPU; nor when its first renewal is due, which the connect would
-        delay: the event loop self-fences a job whose renewal is late, design §37)."""
-        q: Queue | None = None
-        try:
-            while not self._beats_stop.is_set():
-                self._beats_poke.clear()
-                now = time.monotonic()
-                held = [(c, r) for c, r in list(self.inflight.values())
-                        if not (c.lease_lost or r.done())]
-                due = [(c, r) for c, r in held if now >= c.next_beat]
-                if held and q is None:
-                    try:
-                        q = Queue(self.app.url, self.app.settings)
-                    except LeaseqError as exc:
-                        # As a failed renewal: the next pass tries again, and the deadline
-                        # check below self-fences if it keeps failing.
-                        log.warning("heartbeat of %d jobs failed (%s)", len(held), exc)
-                        for ctx, _ in due:
-                            ctx.next_beat = now + min(1.0, ctx.lease / 10)
-                if due and q is not None:
-                    self._beat(q, due)
-                for ctx, runner in held:
-                    # (a handler that returned meanwhile has nothing left to stop: its
-                    # ack is tried only while the lease lasts, see Completer._again)
-                    if (time.monotonic() >= ctx.deadline and not ctx.lease_lost
-                            and not runner.done()):
-                        self._lose(ctx, runner, "no lease renewal in time")
-                soonest = min((c.next_beat for c, _ in held), default=now + 0.5)
-                # Poked awake by new jobs (their first renewal may come sooner) and stop.
-                self._beats_poke.wait(max(0.01, min(soonest, now + 0.5) - time.monotonic()))
-        finally:
-            if q is not None:
-                q.close()
-
-    def _beat(self, q: Queue, due: list[tuple[JobContext, asyncio.Task[None]]]) -> None:
-        """Renews every due lease, one transaction per distinct lease length."""
-        by_lease: dict[float, list[tuple[JobContext, asyncio.Task[None]]]] = {}
-        for ctx, runner in due:
-            by_lease.setdefault(ctx.lease, []).append((ctx, runner))
-        for lease, group in by_lease.items():
-            started = time.monotonic()
-            try:
-                states = q.heartbeat_many([c.job for c, _ in group], extend=lease)
-            except NotReplicated as exc:
-                # Extended on the primary, which is what fences other claimers out.
-                unreplicated(exc, f"heartbeat of {len(group)} jobs")
-                for ctx, _ in group:
-                    ctx.deadline = started + lease * (1 - FENCE_MARGIN)
-                    ctx.next_beat = started + lease / 3
-                continue
-            except LeaseqError as exc:
-                # Retry soon; the deadline check self-fences if renewals keep failing.
-                for ctx, _ in group:
-                    ctx.next_beat = started + min(1.0, lease / 10)
-                log.warning("heartbeat of %d jobs failed (%s)", len(group), exc)
-                continue
-            for (ctx, runner), state in zip(group, states, strict=True):
-                if isinstance(state, LeaseLost):
-                    self._lose(ctx, runner, "lease lost")
-                    continue
-                if isinstance(state, TouchLimitExceeded):
-                    # The lease was not extended and will run out: stop now, as if lost.
-                    self._lose(ctx, runner, f"heartbeat refused by the touch limit ({state})")
-                    continue
-                if isinstance(state, datetime):
-                    self._extended(ctx, state, started)
-                else:  # cancelled, and extended (by up to ``lease``) all the same
-                    ctx.deadline = started + lease * (1 - FENCE_MARGIN)
-                    ctx.next_beat = started + lease / 3
-                if isinstance(state, JobCancelled) and not ctx.cancelled:
-                    ctx.cancelled = True
-                    log.info("job %s cancelled while running", ctx.job.id)
-                    self._interrupt(runner)
-
-    @staticmethod
-    def _extended(ctx: JobContext, until: datetime, started: float) -> None:
-        """The lease now ends at ``until`` (database clock). It moved by as much as the
-        database says, which can be less than asked (the queue's ``max_lease``) or nothing
-        (a touch inside ``min_touch_interval``), so the self-fencing deadline moves by
-        exactly that, never by the lease asked for."""
-        if ctx.until is not None:
-            ctx.expires += (until - ctx.until).total_seconds()
-        ctx.until = until
-        ctx.deadline = ctx.expires - ctx.job.lease * FENCE_MARGIN
-        ctx.next_beat = started + max(0.01, min(ctx.lease, ctx.expires - started) / 3)
-
-    def _lose(self, ctx: JobContext, runner: asyncio.Task[None], why: str) -> None:
-        ctx.lease_lost = True
-        log.warning("job %s: %s; stopping its work, its outcome will not be written",
-                    ctx.job.id, why)
-        self._interrupt(runner)
-
-    def _interrupt(self, runner: asyncio.Task[None]) -> None:
-        """Cancel an async handler; a sync one can only be told (``current_job()``)."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(runner.cancel)
-
     # -- maintenance ---------------------------------------------------------------------
 
     async def _maintenance(self, aq: AsyncQueue) -> None:
@@ -988,15 +995,11 @@ class Worker:
                     if pruned:
                         log.info("pruned %d history rows", pruned)
             except LeaseqError as exc:
-                log.warning("maintenance failed, will retry: %s", exc)
+                log.log(_outage.level_for(exc), "maintenance failed, will retry: %s", exc)
+            if not self._outage:
+                self._wake_soon()  # the fetch loop finds out, and reports it
 
 
-def unreplicated(exc: NotReplicated, what: str) -> None:
-    """Logs a write the primary made but too few replicas confirmed (``wait_replicas``):
-    the worker carries on with what the primary answered (docs/redis.md)."""
-    log.warning("%s written on the primary but not replicated in time (%d of %d replicas); "
-                "carrying on, a failover now may run the job again", what,
-                exc.acknowledged, exc.wanted)
 
 
 def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
@@ -1015,6 +1018,8 @@ def _outcome_label(written: Outcome, state: JobState | None, cancelled: bool) ->
     """The ``outcome`` label of a written failure or cancel: a nack that left the job
     waiting is a retry; one that used up its attempts, a bury (unknown task included) and a
     discard all end the job's runs (``dead``)."""
+    if written.action == "release" and written.note is not None and not cancelled:
+        return "released"  # a job of an unknown task, handed back
     if cancelled or written.action == "release":
         return "cancelled"
     if written.action == "nack" and state not in ("dead", "discarded"):

@@ -35,7 +35,14 @@ from leaseq._core.job import (
 from leaseq._core.limits import allowance, next_start, tokens_now
 from leaseq._core.validate import claimed, stored
 from leaseq.backends._flows import decode_step, encode_step
-from leaseq.backends._sql.plan import UNIQUE_RETRIES, Plan, Result, Stmt, load_queries
+from leaseq.backends._sql.plan import (
+    UNIQUE_RETRIES,
+    Plan,
+    Result,
+    Stmt,
+    latest_migration,
+    load_queries,
+)
 from leaseq.backends.base import (
     FailItem,
     NewFlow,
@@ -480,6 +487,15 @@ class SqlOps:
                 best = wait
         return best
 
+    def due_now(self, queues: Sequence[str]) -> Plan[bool]:
+        """Whether a queue of ``queues`` that is not paused holds a job due now, limits or
+        not (``next_due``'s rows, without their limits)."""
+        for queue in dict.fromkeys(queues):
+            earliest, paused = (yield from self.due_row(queue))[:2]
+            if not paused and earliest is not None and float(earliest) <= 0:
+                return True
+        return False
+
     def due_row(self, queue: str) -> Plan[tuple[Any, ...]]:
         """``next_due``'s row for one queue: seconds until its earliest available job is
         due, then paused, concurrency_limit, running, rate_per_sec, rate_burst,
@@ -859,13 +875,15 @@ class SqlOps:
         return "scheduled" if delay > 0 else "available"
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
         _, _, cancel_requested = yield from self.lock_held(job_id, token)
         if cancel_requested:
             yield from self.archive(job_id, "cancelled", result=None, error=None)
             return "cancelled"
-        return (yield from self.reschedule(job_id, delay, None, give_back=1, priority=priority))
+        return (yield from self.reschedule(job_id, delay, error, give_back=1, priority=priority,
+                                           detail=detail))
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
@@ -917,6 +935,13 @@ class SqlOps:
         )
 
     # -- reads ---------------------------------------------------------------------------
+
+    def schema_versions(self) -> Plan[tuple[int, int] | None]:
+        """The newest migration recorded in these tables and the newest this leaseq has;
+        ``SchemaMissing`` when there is no migrations table."""
+        r = yield Stmt("applied_versions", {})
+        recorded = max((int(row[0]) for row in r.rows), default=0)
+        return recorded, latest_migration(self.d.package)
 
     def get(self, job_id: int) -> Plan[JobInfo]:
         r = yield Stmt("get_live", {"id": job_id})

@@ -10,6 +10,7 @@ knowing.
 
 from __future__ import annotations
 
+import functools
 import pkgutil
 import re
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -116,6 +117,15 @@ def load_migrations(package: str, prefix: str) -> list[tuple[int, str, list[str]
             statements = [s.strip() for s in body.split(";\n") if _has_sql(s)]
             found.append((int(version), name, statements))
     return sorted(found)
+
+
+@functools.cache
+def latest_migration(package: str) -> int:
+    """The newest migration version ``package`` ships: what this leaseq needs."""
+    from importlib import resources
+
+    names = [entry.name for entry in resources.files(package).joinpath("migrations").iterdir()]
+    return max(int(name.partition("_")[0]) for name in names if name.endswith(".sql"))
 
 
 def _has_sql(chunk: str) -> bool:

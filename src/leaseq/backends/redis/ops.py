@@ -604,6 +604,19 @@ class RedisOps:
         reply = yield Call("next_due", keys)
         return None if reply is None else float(reply)
 
+    def due_now(self, queues: Sequence[str]) -> Plan[bool]:
+        """``next_due.lua`` asked whether a job is due now, limits left aside."""
+        if not queues:
+            return False
+        names = list(dict.fromkeys(queues))
+        # One read per queue (slot) on a cluster, one for them all elsewhere.
+        groups = (list(self.k.queue(name)) for name in names) if self.cluster else [
+            [key for name in names for key in self.k.queue(name)]]
+        for keys in groups:
+            if (yield Call("next_due", keys, ("due",))) is not None:
+                return True
+        return False
+
     # -- calls on one job --------------------------------------------------------------
 
     def on_jobs(
@@ -946,9 +959,11 @@ class RedisOps:
         return [None if r in (None, "lost", "missing") else r for r in replies]
 
     def release(
-        self, job_id: int, token: int, delay: float, priority: int | None = None
+        self, job_id: int, token: int, delay: float, priority: int | None = None,
+        error: str | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
-        state = yield from self.held("release", job_id, token, us(delay), opt(priority))
+        state = yield from self.held("release", job_id, token, us(delay), opt(priority),
+                                     opt(error), opt(detail))
         return state  # type: ignore[no-any-return]
 
     def bury(
@@ -993,6 +1008,12 @@ class RedisOps:
         return state  # type: ignore[return-value]
 
     # -- reads ---------------------------------------------------------------------------
+
+    def schema_versions(self) -> Plan[tuple[int, int] | None]:
+        """None: Redis keeps no schema versions (scripts load on first use). Reaches the
+        server all the same (AUTH, SELECT), so a bad password or database fails here."""
+        yield Call("PING", command=True)
+        return None
 
     def get(self, job_id: int) -> Plan[JobInfo]:
         reply = yield from self.on_job("get", job_id, only_job_key=True)

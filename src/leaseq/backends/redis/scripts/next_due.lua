@@ -5,12 +5,17 @@
 -- with the queue's running count and its rate bucket's tokens now. The least over the
 -- queues wins. Read-only: the bucket is not written, nor jobs promoted.
 --
+-- With ARGV[1] "due" (Backend.due_now) it answers instead whether a job of a queue that
+-- is not paused is due now, whatever the queue's limits: "1", or nil.
+--
 -- KEYS: one GROUP of keys per queue (_common.lua); several groups = several queues
+-- ARGV[1] "due" (optional)
 -- Returns: the seconds as decimal text (<= 0: a job could be claimed now), or nil when
 -- nothing tells (no jobs waiting, or due jobs held back by concurrency_limit)
 
 local now = now_us()
 local best = nil
+local due_only = ARGV[1] == 'due'
 for first = 1, #KEYS, GROUP do
   local q = queue_at(first)
   if redis.call('EXISTS', q.paused) == 0 then
@@ -21,7 +26,9 @@ for first = 1, #KEYS, GROUP do
       local head = redis.call('ZRANGE', q.delayed, 0, 0, 'WITHSCORES')
       if #head > 0 then earliest = (tonumber(head[2]) - now) / 1000000 end
     end
-    if earliest then
+    if due_only then
+      if earliest and earliest <= 0 then return '1' end
+    elseif earliest then
       local s = fields(q.settings, unpack(LIMIT_FIELDS))
       local cap = s.concurrency_limit and tonumber(s.concurrency_limit)
       local rate = s.rate_per_sec and tonumber(s.rate_per_sec)

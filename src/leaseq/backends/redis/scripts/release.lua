@@ -1,9 +1,11 @@
 -- release: running -> available after `delay` with the attempt given back (not a
--- failure: the last error is kept as it was), releases + 1, at `priority` when given
--- (the ready set's score follows it); -> cancelled (history) when a cancel was requested.
+-- failure: failed_at is left alone, and the last error is kept unless a note is given),
+-- releases + 1, at `priority` when given (the ready set's score follows it); ->
+-- cancelled (history) when a cancel was requested.
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- ARGV[1] lease token   ARGV[2] delay (µs)   ARGV[3] priority (optional)
+-- ARGV[4] a note stored as the last error (optional)   ARGV[5] its JSON (error_detail)
 -- Publishes: the queue on P:wake when the job is available now (delay 0)
 -- Returns: the new state (available, scheduled, cancelled), or "lost" when the lease is
 -- not held, or "missing" when there is no such job (nothing changed)
@@ -20,8 +22,8 @@ if f.cancel_requested then
 end
 -- reschedule() reads the priority it files the job under: set it first.
 if priority then redis.call('HSET', key, 'priority', priority) end
-reschedule(q, key, f.id, now, delay, false,
+reschedule(q, key, f.id, now, delay, opt(ARGV[4]) or false,
            {'attempts', int(tonumber(f.attempts) - 1),
-            'releases', int(tonumber(f.releases or '0') + 1)})
+            'releases', int(tonumber(f.releases or '0') + 1)}, opt(ARGV[5]))
 if delay > 0 then return 'scheduled' end
 return 'available'
