@@ -1,6 +1,7 @@
 """The task API: ``App`` registers functions as tasks; a task enqueues calls of itself.
 
-    app = leaseq.App("postgresql://localhost/app")   # App() alone: sqlite:///leaseq.db
+    app = leaseq.App("postgresql://localhost/app")   # App() alone: LEASEQ_URL, else
+                                                     # sqlite:///leaseq.db
 
     @app.task(queue="emails", max_attempts=5, timeout=60)
     def send_email(to: str, subject: str) -> None: ...
@@ -49,6 +50,7 @@ from leaseq._core.flow import FlowLink
 from leaseq._core.job import EnqueueResult, Job, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
+from leaseq._core.url import resolve_url
 from leaseq._hooks import FailureHook
 from leaseq._shared import UniqueScope
 from leaseq.backends.base import NewJob
@@ -59,7 +61,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-DEFAULT_URL = "sqlite:///leaseq.db"
 UniqueKey = str | Callable[..., str] | None
 
 
@@ -433,7 +434,10 @@ class App:
     """A set of tasks and the queue they use.
 
     Args:
-        url: Database URL; None uses ``sqlite:///leaseq.db`` in the current directory.
+        url: Database URL. None: the ``LEASEQ_URL`` environment variable, read now,
+            else ``sqlite:///leaseq.db`` in the current directory. An explicit URL wins
+            over ``LEASEQ_URL``; only ``leaseq worker --url`` overrides it
+            (docs/operations.md, "Which database").
         on_failure: Default ``on_failure`` hook of every task that has none of its own:
             ``fn(job, exc)``, plain or ``async def``, called after each attempt that
             failed by raising (docs/hooks.md).
@@ -450,7 +454,7 @@ class App:
         on_dead: FailureHook | None = None,
         **settings: Any,
     ) -> None:
-        self.url = url or DEFAULT_URL
+        self.url = resolve_url(url)
         self.on_failure = _hook("on_failure", on_failure)
         self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import leaseq
+from leaseq._core.url import DEFAULT_URL, URL_ENV, resolve_url
 from leaseq.cli.dashboard import dashboard as dashboard_command
 from leaseq.cli.schedules import schedules as schedules_command
 
@@ -28,7 +29,6 @@ DIALECTS = {
     "mysql": "leaseq.backends.mysql",
     "sqlite": "leaseq.backends.sqlite",
 }
-DEFAULT_URL = "sqlite:///leaseq.db"
 STATES = ("scheduled", "available", "running", "dead", "completed", "cancelled", "discarded")
 
 if TYPE_CHECKING:
@@ -57,17 +57,26 @@ def new_table(**kwargs: Any) -> Table:
 def cli() -> None:
     """leaseq: a durable job queue in the database you already run.
 
-    Every command takes --url (or LEASEQ_URL; default sqlite:///leaseq.db). Exit codes:
-    0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable, 4 no such job.
+    The database: --url, else LEASEQ_URL, else sqlite:///leaseq.db; `leaseq worker` runs
+    on its app's URL, which only --url overrides (LEASEQ_URL fills in only when the app
+    names none). Exit codes: 0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable,
+    4 no such job.
     """
+
+
+def url_option(default: str = DEFAULT_URL, help_text: str = "Database URL.") -> Callable[[F], F]:
+    """``--url``, resolved by leaseq's one rule (``leaseq._core.url``): the option, else
+    ``LEASEQ_URL``, else ``default``. Commands get the resolved URL."""
+    return click.option(
+        "--url", default=None, show_default=f"{URL_ENV}, else {default}", help=help_text,
+        callback=lambda ctx, param, value: resolve_url(override=value, default=default))
 
 
 def database(f: F) -> F:
     """--url and --table-prefix, shared by every command that talks to a database."""
     f = click.option("--table-prefix", default="leaseq_", show_default=True,
                      help="Prefix of leaseq's table names.")(f)
-    f = click.option("--url", envvar="LEASEQ_URL", default=DEFAULT_URL, show_default=True,
-                     help="Database URL (or set LEASEQ_URL).")(f)
+    f = url_option()(f)
     return f
 
 
@@ -569,7 +578,8 @@ def process_count(text: str | int) -> int:
                    "history is kept until pruned.")
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @click.option("--log-level", default="INFO", show_default=True)
-@click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
+@click.option("--url", help="Run on this database, not the app's (LEASEQ_URL never "
+                           "overrides a URL the app names; docs/operations.md).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               envvar="LEASEQ_METRICS_PORT",
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; "
@@ -632,8 +642,9 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
 
 
 @cli.command()
-@click.option("--url", envvar="LEASEQ_URL", default=None,
-              help="Run on this database instead of ./leaseq-demo.db.")
+@click.option("--url", default=None, show_default=f"{URL_ENV}, else a fresh ./leaseq-demo.db",
+              help="Run on this database.",
+              callback=lambda ctx, param, value: resolve_url(override=value, default="") or None)
 @click.option("--jobs", "count", type=click.IntRange(20, 5000), default=300, show_default=True)
 def demo(url: str | None, count: int) -> None:
     """Run a worker over a few hundred demo jobs and show where each ended."""
@@ -643,8 +654,7 @@ def demo(url: str | None, count: int) -> None:
 
 
 @cli.command()
-@click.option("--url", envvar="LEASEQ_URL", default="sqlite:///leaseq-bench.db",
-              show_default=True, help="Database to measure (fresh tables, dropped after).")
+@url_option("sqlite:///leaseq-bench.db", "Database to measure (fresh tables, dropped after).")
 @click.option("--jobs", type=click.IntRange(100), default=20_000, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Worker processes for the drain.")
