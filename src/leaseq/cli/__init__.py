@@ -267,9 +267,8 @@ def jobs(queue: str | None, state: str | None, limit: int, after: int, kind: str
     for column in ("id", "queue", "kind", "state", "attempts", "error"):
         table.add_column(column)
     for j in found:
-        error = (j.error or "").strip().splitlines()[-1:] or [""]
         table.add_row(str(j.id), j.queue, j.kind or "", j.state,
-                      f"{j.attempts}/{j.max_attempts}", error[0][:60])
+                      f"{j.attempts}/{j.max_attempts}", j.error_line or "")
     console().print(table)
     if len(found) == limit:
         click.echo(f"more: --after {found[-1].id}")
@@ -286,10 +285,41 @@ def get(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
     if json_out:
         emit(info_dict(j))
         return
+    # The error shows as its line, its detail without tracebacks, and the traceback once,
+    # at the end (``--json`` keeps every field as stored).
+    trace = traceback_of(j)
     for key, value in info_dict(j).items():
-        if key in ("payload", "result", "error_detail"):
+        if key == "error_line":
+            continue
+        if key == "error":
+            value = j.error_line
+        elif key == "error_detail":
+            value = dumps(without_tracebacks(value))
+        elif key in ("payload", "result"):
             value = dumps(value)
         click.echo(f"{key:>16}: {value}")
+    if trace:
+        label = "traceback" if "Traceback (most recent call last)" in trace else "full error"
+        click.echo(f"{label:>16}:")
+        click.echo(trace.rstrip())
+
+
+def traceback_of(j: leaseq.JobInfo) -> str | None:
+    """The job's traceback (or its error's full text when that is more than its line):
+    the detail's, else the last real error's under a discard's ``"previous"``."""
+    stored = j.error_detail if isinstance(j.error_detail, dict) else {}
+    for detail in (stored, stored.get("previous")):
+        if isinstance(detail, dict) and isinstance(detail.get("traceback"), str):
+            return str(detail["traceback"])
+    if j.error and j.error.strip() != j.error_line:
+        return j.error
+    return None
+
+
+def without_tracebacks(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}
+    return value
 
 
 @cli.command()
