@@ -134,3 +134,25 @@ def test_dashboard_lists_show_the_line(sql_q: tuple[leaseq.Queue, str], prefix: 
         assert [j["error_line"] for j in listed if j["id"] == job_id] == [
             "ValueError: card declined"]
     app.close()
+
+
+def test_a_handlers_discard_keeps_the_failure_before_it(sql_q: tuple[leaseq.Queue, str],
+                                                        prefix: str) -> None:
+    q, url = sql_q
+    app = leaseq.App(url, table_prefix=prefix)
+
+    @app.task(queue="payments", name="charge", max_attempts=3)
+    def charge() -> None:
+        if leaseq.current_job().job.attempts == 1:  # type: ignore[union-attr]
+            raise ValueError("card declined")
+        raise leaseq.Discard("order cancelled meanwhile")
+
+    job = charge.enqueue()
+    drain(app, raise_errors=False)  # attempt 1 fails: scheduled for its retry
+    q.retry(job.id)
+    drain(app, raise_errors=False)  # attempt 2 discards
+    info = q.get(job.id)
+    assert (info.state, info.error) == ("discarded", "order cancelled meanwhile")
+    assert info.error_line == ("order cancelled meanwhile "
+                               "(last error: ValueError: card declined)")
+    app.close()

@@ -80,7 +80,8 @@ def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
         return [("bury", (job,), {"reason": outcome.error})]
     if outcome.action == "discard":
         # Bury is the fenced step; the discard of the then-dead job cannot race a holder.
-        return [("bury", (job,), {"reason": outcome.error}),
+        # The bury keeps the last error, so the discard stores the reason beside it.
+        return [("bury", (job,), {"reason": None}),
                 ("discard", (job.id,), {"reason": outcome.error})]
     return [("release", (job,), {})]
 

@@ -269,7 +269,9 @@ class Backend(Protocol):
         """dead or scheduled → available now (dead jobs get fresh attempts, kicks + 1)."""
 
     def discard(self, job_id: int, reason: str | None) -> None:
-        """dead, scheduled or available → discarded (history)."""
+        """dead, scheduled or available → discarded (history). With a reason, the error
+        becomes the reason and the detail keeps the last real error beside it
+        (``leaseq._core.validate.discard_record``); without one, the last error stays."""
 
     def cancel(self, job_id: int) -> JobState:
         """scheduled, available or dead → cancelled (history); running → flagged, so
