@@ -485,9 +485,10 @@ class App:
                 self._async_queue = AsyncQueue(self.url, self.settings)
             return self._async_queue
 
-    def migrate(self) -> None:
-        """Create or upgrade the tables (``Queue.migrate``)."""
-        self.queue.migrate()
+    def migrate(self) -> list[str]:
+        """Create or upgrade the tables (``Queue.migrate``); returns the migrations
+        applied."""
+        return self.queue.migrate()
 
     def close(self) -> None:
         """Close the sync client (await ``async_queue.close()`` for the async one)."""

@@ -109,8 +109,10 @@ class Backend(Protocol):
     name: str
     supports_transactions: bool
 
-    def migrate(self) -> None:
-        """Create or upgrade the schema; idempotent and safe to race."""
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; idempotent and safe to race. Returns the
+        migrations this call applied (``0001_init``, ...): [] when the schema was up to
+        date, or where there is none to create (Redis, memory)."""
 
     def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
@@ -358,7 +360,7 @@ class AsyncBackend(Protocol):
     name: str
     supports_transactions: bool
 
-    async def migrate(self) -> None: ...
+    async def migrate(self) -> list[str]: ...
     async def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),
         fresh: Collection[str] = (),

@@ -131,8 +131,9 @@ class MemoryBackend:
         self.max_queues: int | None = None  # configure_server
         self.queue_names: set[str] = set()  # every queue a job was enqueued into
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[str]:
         """Nothing to create."""
+        return []
 
     def enqueue(
         self, jobs: Sequence[NewJob], conn: Any = None, capped: Collection[str] = (),

@@ -122,11 +122,36 @@ def duration(text: str) -> float:
 
 @cli.command()
 @database
-def migrate(url: str, table_prefix: str) -> None:
-    """Create or upgrade leaseq's tables (idempotent)."""
+@as_json
+def migrate(url: str, table_prefix: str, json_out: bool) -> None:
+    """Create or upgrade leaseq's tables (idempotent) and say which migrations ran."""
+    from leaseq._core.redact import redact_url
+
     with connect(url, table_prefix) as q:
-        q.migrate()
-    click.echo(f"schema is up to date at {url.split('@')[-1]}")
+        applied = q.migrate()
+    if json_out:
+        emit({"applied": applied, "created": migrated_from_scratch(applied)})
+        return
+    click.echo(migrate_text(applied, redact_url(url)))
+
+
+def migrated_from_scratch(applied: list[str]) -> bool:
+    return bool(applied) and applied[0].startswith("0001_")
+
+
+def migrate_text(applied: list[str], where: str) -> str:
+    """What ``leaseq migrate`` did, in words: created, upgraded, or nothing to do."""
+    if migrated_from_scratch(applied):
+        return (f"created leaseq's schema at {where}: {plural(len(applied), 'migration')} "
+                f"applied ({applied[0]} to {applied[-1]})")
+    if applied:
+        return (f"upgraded leaseq's schema at {where}: applied {', '.join(applied)}")
+    return f"schema at {where} was already up to date: nothing to apply"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 job``, ``2 jobs``; ``nouns`` where adding an s is wrong."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 @cli.command()
@@ -326,21 +351,29 @@ def without_tracebacks(value: Any) -> Any:
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
 @database
-def kick(queue: str, limit: int, url: str, table_prefix: str) -> None:
+@as_json
+def kick(queue: str, limit: int, url: str, table_prefix: str, json_out: bool) -> None:
     """Make up to LIMIT dead jobs of QUEUE available again."""
     with connect(url, table_prefix) as q, console().status(f"kicking dead jobs of {queue}"):
         n = q.kick(queue, limit=limit)
-    click.echo(f"{n} jobs kicked")
+    if json_out:
+        emit({"queue": queue, "kicked": n})
+    else:
+        click.echo(f"{plural(n, 'job')} kicked")
 
 
 def job_verb(name: str, help_text: str, call: Callable[[leaseq.Queue, int], Any]) -> None:
     @cli.command(name=name, help=help_text)
     @click.argument("job_id", type=int)
     @database
-    def command(job_id: int, url: str, table_prefix: str) -> None:
+    @as_json
+    def command(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
         with connect(url, table_prefix) as q:
             state = call(q, job_id)
-        click.echo(f"job {job_id}: {state}")
+        if json_out:
+            emit({"id": job_id, "state": state})
+        else:
+            click.echo(f"job {job_id}: {state}")
 
 
 def _retry(q: leaseq.Queue, job_id: int) -> str:
@@ -363,10 +396,14 @@ def queue_verb(name: str, help_text: str) -> None:
     @cli.command(name=name, help=help_text)
     @click.argument("queue")
     @database
-    def command(queue: str, url: str, table_prefix: str) -> None:
+    @as_json
+    def command(queue: str, url: str, table_prefix: str, json_out: bool) -> None:
         with connect(url, table_prefix) as q:
             getattr(q, name)(queue)
-        click.echo(f"queue {queue} {name}d")
+        if json_out:
+            emit({"queue": queue, "paused": name == "pause"})
+        else:
+            click.echo(f"queue {queue} {name}d")
 
 
 queue_verb("pause", "Stop every worker from taking jobs of QUEUE.")
@@ -555,11 +592,15 @@ def server_set(max_queues: float | None, url: str, table_prefix: str, json_out: 
 @cli.command()
 @click.option("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600.")
 @database
-def prune(older_than: float, url: str, table_prefix: str) -> None:
+@as_json
+def prune(older_than: float, url: str, table_prefix: str, json_out: bool) -> None:
     """Delete finished jobs from history."""
     with connect(url, table_prefix) as q, console().status("pruning history"):
         n = q.prune(older_than=older_than)
-    click.echo(f"{n} history rows pruned")
+    if json_out:
+        emit({"pruned": n})
+    else:
+        click.echo(f"{plural(n, 'history row')} pruned")
 
 
 # -- worker and demo -------------------------------------------------------------------------
@@ -600,8 +641,10 @@ def process_count(text: str | int) -> int:
 @click.option("--poll-interval", type=float, default=1.0, show_default=True,
               help="Longest wait between polls of empty queues.")
 @click.option("--reclaim-interval", type=float, default=5.0, show_default=True,
-              help="Seconds between reclaims of expired leases (at most the app's "
-                   "Settings.reclaim_interval, 1 s by default).")
+              help="Longest pause in seconds between reclaims of expired leases. The app's "
+                   "Settings.reclaim_interval caps it when shorter (1 s unless set; None "
+                   "leaves it alone), so with default settings the worker reclaims every "
+                   "second.")
 @click.option("--prune-history-after", type=duration, default=None, metavar="DURATION",
               help="Also prune history (completed, cancelled, discarded jobs) older than "
                    "this, e.g. 7d, 12h, 3600: soon after start, then about hourly. Off by default: "
