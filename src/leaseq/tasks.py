@@ -28,10 +28,11 @@ and the schedule arithmetic ``App.schedule`` needs lives below, in ``leaseq._cor
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -443,6 +444,11 @@ class App:
             failed by raising (docs/hooks.md).
         on_dead: Default ``on_dead`` hook: ``fn(job, exc)``, called when a failure left
             the job dead.
+        include: Names of modules that define tasks of this app (``["shop.emails",
+            "shop.billing"]``), imported by ``load_includes()``: ``leaseq worker`` and
+            ``Worker`` call it before they start, so tasks defined outside the app's own
+            module are registered without the app's module importing them (which would
+            often be a circular import).
         **settings: ``leaseq.Settings`` fields (lease, max_attempts, backoff, ...).
     """
 
@@ -452,9 +458,15 @@ class App:
         *,
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
+        include: Iterable[str] = (),
         **settings: Any,
     ) -> None:
         self.url = resolve_url(url)
+        self.include: tuple[str, ...] = (include,) if isinstance(include, str) else tuple(
+            include)
+        for name in self.include:
+            if not (isinstance(name, str) and name.strip()):
+                raise ConfigurationError(f"include must list module names, got {name!r}")
         self.on_failure = _hook("on_failure", on_failure)
         self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)
@@ -484,6 +496,33 @@ class App:
             if self._async_queue is None:
                 self._async_queue = AsyncQueue(self.url, self.settings)
             return self._async_queue
+
+    def load_includes(self) -> None:
+        """Imports the modules of ``include``, so their tasks and schedules register;
+        a module already imported is not imported again. A name that cannot be found
+        raises ``ConfigurationError``; what a module raises while imported propagates."""
+        for name in self.include:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not (name + ".").startswith(exc.name + "."):
+                    raise  # the module exists and imports something missing
+                raise ConfigurationError(
+                    f"App(include=...) names {name!r}, which cannot be imported: {exc}"
+                ) from exc
+
+    def no_tasks_hint(self, queues: Sequence[str]) -> str | None:
+        """What a worker of ``queues`` logs when none of this app's tasks uses them (the
+        module that defines them not imported, most often); None when some task does."""
+        if any(t.defaults.queue in queues for t in self.tasks.values()):
+            return None
+        if not self.tasks:
+            return (f"{self!r} has no tasks: is the module that defines them imported? "
+                    "List it in App(include=[...]) or import it from the app's module")
+        used = sorted({t.defaults.queue for t in self.tasks.values()})
+        return (f"no task of this app uses queue {', '.join(queues)} (its tasks use "
+                f"{', '.join(used)}): its jobs have no task here. Is the module that defines "
+                "them listed in App(include=[...])?")
 
     def migrate(self) -> list[str]:
         """Create or upgrade the tables (``Queue.migrate``); returns the migrations
