@@ -120,3 +120,24 @@ def test_reclaim_interval_help_no_longer_contradicts_itself(tmp_path: Path) -> N
     shown = " ".join(leaseq_cli(tmp_path, "worker", "--help").stdout.split())
     assert "at most the app's" not in shown
     assert "caps it when shorter" in shown
+
+
+def test_json_is_where_the_readme_and_the_cli_reference_say() -> None:
+    """README.md and the CLI reference name the commands without --json; every other
+    command has it."""
+    import click
+
+    from leaseq.cli import cli
+
+    def commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+        for name, command in sorted(group.commands.items()):
+            if isinstance(command, click.Group):
+                yield from commands(command, f"{prefix}{name} ")
+            else:
+                yield prefix + name, command
+
+    without = {name for name, command in commands(cli)
+               if "--json" not in {o for p in command.params for o in getattr(p, "opts", [])}}
+    assert without == {"worker", "dashboard", "demo", "schema"}
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "takes `--json` (all but `worker`, `dashboard`, `demo` and `schema`)" in readme
