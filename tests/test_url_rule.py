@@ -165,3 +165,20 @@ def test_dashboard_follows_the_same_rule(tmp_path: Path, prefix: str) -> None:
 
     assert served().rstrip().endswith(f"for {env_url} (no token: loopback only)")
     assert f"for {flag} " in served("--url", flag)
+
+
+def test_django_settings_name_the_database_and_leaseq_url_does_not_replace_it(
+        tmp_path: Path) -> None:
+    """Django's app takes its URL from settings (here the example project's SQLite
+    database): that is the URL the code names, so an exported LEASEQ_URL leaves it be."""
+    pytest.importorskip("django")
+    root = Path(__file__).resolve().parent.parent
+    db = tmp_path / "shop.sqlite3"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(root / "src"),
+           "DJANGO_SETTINGS_MODULE": "project.settings", "EXAMPLE_DB": "sqlite",
+           "EXAMPLE_DB_NAME": str(db), "LEASEQ_URL": f"sqlite:///{tmp_path}/elsewhere.db"}
+    out = subprocess.run([sys.executable, "-c", "import django; django.setup(); "
+                          "from leaseq.contrib.django import app; print(app.url)"],
+                         capture_output=True, text=True, timeout=60,
+                         cwd=root / "examples" / "django_project", env=env)
+    assert out.stdout.strip() == f"sqlite:///{db}", out.stderr
