@@ -80,9 +80,10 @@ def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
         return [("bury", (job,), {"reason": outcome.error})]
     if outcome.action == "discard":
         # Bury is the fenced step; the discard of the then-dead job cannot race a holder.
-        # The bury keeps the last error, so the discard stores the reason beside it.
-        return [("bury", (job,), {"reason": None}),
-                ("discard", (job.id,), {"reason": outcome.error})]
+        # The bury records the reason (a waiter may see the dead job in between); the
+        # discard then keeps what the bury wrote.
+        return [("bury", (job,), {"reason": outcome.error}),
+                ("discard", (job.id,), {"reason": None})]
     return [("release", (job,), {})]
 
 
