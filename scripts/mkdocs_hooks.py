@@ -63,10 +63,14 @@ def missing_docstrings() -> list[str]:
 CLI_INTRO = """\
 # Command line
 
-Every command takes `--url` (or the `LEASEQ_URL` environment variable; default
-`sqlite:///leaseq.db`). Exit codes scripts can trust: 0 success, 1 a leaseq error (bad
-input, bad state), 2 bad usage, 3 the database is unreachable or refused the connection,
-4 no such job, 130 interrupted.
+Every command that talks to a database takes `--url`; without it, the `LEASEQ_URL`
+environment variable, else `sqlite:///leaseq.db`. `leaseq worker` runs on its App's URL,
+which `LEASEQ_URL` fills in only when the App names none and `--url` overrides: the whole
+rule is one table, [Which database](../operations.md#which-database). Every command that
+prints a result takes `--json` (all but `worker`, `dashboard`, `demo` and `schema`, which
+prints DDL). Exit codes scripts can trust: 0 success, 1 a leaseq error (bad input, bad
+state), 2 bad usage, 3 the database is unreachable or refused the connection, 4 no such
+job, 130 interrupted.
 
 This page is generated from the commands' own `--help`, so it lists every one of them.
 """

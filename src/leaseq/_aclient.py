@@ -71,10 +71,11 @@ class AsyncQueue(Shared):
             self._store_server(await self._backend.server_config())
             self._store_configs(await self._backend.queue_configs())
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str]:
         """See ``Queue.migrate``."""
-        await self._backend.migrate()
+        applied = await self._backend.migrate()
         self._forget_configs()
+        return list(applied or [])
 
     async def enqueue(
         self,

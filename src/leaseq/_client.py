@@ -73,10 +73,17 @@ class Queue(Shared):
                     self._store_server(self._backend.server_config())
                     self._store_configs(self._backend.queue_configs())
 
-    def migrate(self) -> None:
-        """Create or upgrade leaseq's tables. Idempotent; safe when processes race."""
-        self._backend.migrate()
+    def migrate(self) -> list[str]:
+        """Create or upgrade leaseq's tables. Idempotent; safe when processes race.
+
+        Returns:
+            The migrations this call applied, oldest first (``["0001_init", ...]`` on a
+            new database); [] when the schema was already up to date, and always on
+            Redis and ``memory://``, which have no tables to create.
+        """
+        applied = self._backend.migrate()
         self._forget_configs()
+        return list(applied or [])
 
     def enqueue(
         self,

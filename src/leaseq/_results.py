@@ -88,7 +88,7 @@ def outcome(info: JobInfo) -> Any:
     if info.state == "completed":
         return info.result
     if info.state in FAILED_STATES:
-        raise JobFailed(info.id, info.state, info.error)
+        raise JobFailed(info.id, info.state, info.error, info.error_detail)
     raise ResultNotReady(info.id, info.state)
 
 

@@ -32,6 +32,10 @@ they arise, keeping the original as ``__cause__``.
 
 from __future__ import annotations
 
+from typing import Any
+
+from leaseq._core.error_line import error_line
+
 
 class LeaseqError(Exception):
     """Base class of every error leaseq raises."""
@@ -107,24 +111,34 @@ class JobFailed(LeaseqError):
     result of (``Queue.result``) will not complete: it went dead, or was discarded or
     cancelled. A dead job may still be kicked or retried, and a new wait then waits again.
 
+    Its text is one line, ``job 7 is dead: ValueError: card declined``
+    (``JobInfo.error_line``); the traceback stays in ``error`` and ``error_detail``.
+
     Attributes:
         job_id: The job's id.
         state: ``"dead"``, ``"discarded"`` or ``"cancelled"``.
-        error: The job's last error: the failure, or the bury, discard or cancel reason
-            (None when none was given).
+        error: The job's last error in full (a failure's traceback), or the bury, discard
+            or cancel reason (None when none was given): ``JobInfo.error``.
+        error_detail: The error as a JSON object (``JobInfo.error_detail``): a failure's
+            ``{"type", "message", "traceback"}``, a discard's ``{"message",
+            "previous"}``, ...; a ``leaseq.Undecodable`` when the stored detail does not
+            decode; None when none was stored.
     """
 
-    def __init__(self, job_id: int, state: str, error: str | None = None) -> None:
+    def __init__(self, job_id: int, state: str, error: str | None = None,
+                 error_detail: Any = None) -> None:
         self.job_id = job_id
         self.state = state
         self.error = error
-        why = f": {error}" if error else " (no error recorded)"
+        self.error_detail = error_detail
+        line = error_line(error, error_detail)
+        why = f": {line}" if line else " (no error recorded)"
         super().__init__(f"job {job_id} is {state}{why}")
 
-    def __reduce__(self) -> tuple[type[JobFailed], tuple[int, str, str | None]]:
+    def __reduce__(self) -> tuple[type[JobFailed], tuple[int, str, str | None, Any]]:
         # Pickled by its fields, so it crosses process boundaries (multiprocessing, a
         # pool's futures) intact; the default would call __init__ with the message alone.
-        return type(self), (self.job_id, self.state, self.error)
+        return type(self), (self.job_id, self.state, self.error, self.error_detail)
 
 
 class ResultNotReady(LeaseqError):

@@ -1,6 +1,7 @@
 """The task API: ``App`` registers functions as tasks; a task enqueues calls of itself.
 
-    app = leaseq.App("postgresql://localhost/app")   # App() alone: sqlite:///leaseq.db
+    app = leaseq.App("postgresql://localhost/app")   # App() alone: LEASEQ_URL, else
+                                                     # sqlite:///leaseq.db
 
     @app.task(queue="emails", max_attempts=5, timeout=60)
     def send_email(to: str, subject: str) -> None: ...
@@ -27,10 +28,11 @@ and the schedule arithmetic ``App.schedule`` needs lives below, in ``leaseq._cor
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -49,6 +51,7 @@ from leaseq._core.flow import FlowLink
 from leaseq._core.job import EnqueueResult, Job, ResultWaiter
 from leaseq._core.outcome import Hook
 from leaseq._core.settings import Settings
+from leaseq._core.url import resolve_url
 from leaseq._hooks import FailureHook
 from leaseq._shared import UniqueScope
 from leaseq.backends.base import NewJob
@@ -59,7 +62,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-DEFAULT_URL = "sqlite:///leaseq.db"
 UniqueKey = str | Callable[..., str] | None
 
 
@@ -435,7 +437,10 @@ class App:
     """A set of tasks and the queue they use.
 
     Args:
-        url: Database URL; None uses ``sqlite:///leaseq.db`` in the current directory.
+        url: Database URL. None: the ``LEASEQ_URL`` environment variable, read now,
+            else ``sqlite:///leaseq.db`` in the current directory. An explicit URL wins
+            over ``LEASEQ_URL``; only ``leaseq worker --url`` overrides it
+            (docs/operations.md, "Which database").
         on_failure: Default ``on_failure`` hook of every task that has none of its own:
             ``fn(job, exc)``, plain or ``async def``, called after each attempt that
             failed by raising (docs/hooks.md).
@@ -448,6 +453,11 @@ class App:
         unknown_task_grace: Seconds a job may stay unknown, counted from the first time a
             worker handed it back, before a worker buries it (dead, for ``leaseq kick``).
             Defaults to 3600; 0 buries at once.
+        include: Names of modules that define tasks of this app (``["shop.emails",
+            "shop.billing"]``), imported by ``load_includes()``: ``leaseq worker`` and
+            ``Worker`` call it before they start, so tasks defined outside the app's own
+            module are registered without the app's module importing them (which would
+            often be a circular import).
         **settings: ``leaseq.Settings`` fields (lease, max_attempts, backoff, ...).
     """
 
@@ -459,6 +469,7 @@ class App:
         on_dead: FailureHook | None = None,
         unknown_task_delay: float = 60.0,
         unknown_task_grace: float = 3600.0,
+        include: Iterable[str] = (),
         **settings: Any,
     ) -> None:
         for name, value in (("unknown_task_delay", unknown_task_delay),
@@ -469,7 +480,12 @@ class App:
                                          f"got {value!r}")
         self.unknown_task_delay = float(unknown_task_delay)
         self.unknown_task_grace = float(unknown_task_grace)
-        self.url = url or DEFAULT_URL
+        self.url = resolve_url(url)
+        self.include: tuple[str, ...] = (include,) if isinstance(include, str) else tuple(
+            include)
+        for name in self.include:
+            if not (isinstance(name, str) and name.strip()):
+                raise ConfigurationError(f"include must list module names, got {name!r}")
         self.on_failure = _hook("on_failure", on_failure)
         self.on_dead = _hook("on_dead", on_dead)
         self.settings = Settings(**settings)
@@ -500,9 +516,37 @@ class App:
                 self._async_queue = AsyncQueue(self.url, self.settings)
             return self._async_queue
 
-    def migrate(self) -> None:
-        """Create or upgrade the tables (``Queue.migrate``)."""
-        self.queue.migrate()
+    def load_includes(self) -> None:
+        """Imports the modules of ``include``, so their tasks and schedules register;
+        a module already imported is not imported again. A name that cannot be found
+        raises ``ConfigurationError``; what a module raises while imported propagates."""
+        for name in self.include:
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or not (name + ".").startswith(exc.name + "."):
+                    raise  # the module exists and imports something missing
+                raise ConfigurationError(
+                    f"App(include=...) names {name!r}, which cannot be imported: {exc}"
+                ) from exc
+
+    def no_tasks_hint(self, queues: Sequence[str]) -> str | None:
+        """What a worker of ``queues`` logs when none of this app's tasks uses them (the
+        module that defines them not imported, most often); None when some task does."""
+        if any(t.defaults.queue in queues for t in self.tasks.values()):
+            return None
+        if not self.tasks:
+            return (f"{self!r} has no tasks: is the module that defines them imported? "
+                    "List it in App(include=[...]) or import it from the app's module")
+        used = sorted({t.defaults.queue for t in self.tasks.values()})
+        return (f"no task of this app uses queue {', '.join(queues)} (its tasks use "
+                f"{', '.join(used)}): its jobs have no task here. Is the module that defines "
+                "them listed in App(include=[...])?")
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the tables (``Queue.migrate``); returns the migrations
+        applied."""
+        return self.queue.migrate()
 
     def close(self) -> None:
         """Close the sync client (await ``async_queue.close()`` for the async one)."""

@@ -143,6 +143,35 @@ def test_discard_records_the_reason(q):
     assert q.get(job_id).error == "spam"
 
 
+def test_discard_keeps_the_last_real_error_beside_its_reason(q):
+    """Issue 30: a discard with a reason used to overwrite the error that made the job
+    dead. The reason is the error now; the detail keeps the last one under "previous"."""
+    try:
+        raise ValueError("card declined")
+    except ValueError as exc:
+        failed = make_dead(q, error=exc)  # type: ignore[arg-type]
+    last = q.get(failed).error_detail
+    assert last is not None and last["type"] == "ValueError"
+    q.discard(failed, reason="refunded by hand")
+    info = q.get(failed)
+    assert (info.state, info.error) == ("discarded", "refunded by hand")
+    assert info.error_detail == {"message": "refunded by hand", "previous": last}
+    assert info.error_line == "refunded by hand (last error: ValueError: card declined)"
+
+    text_only = make_dead(q, error="poison")  # an error stored without detail
+    q.discard(text_only, reason="spam")
+    assert q.get(text_only).error_detail == {"message": "spam",
+                                             "previous": {"message": "poison"}}
+
+    never_failed = q.enqueue("q").id
+    q.discard(never_failed, reason="not needed")
+    assert q.get(never_failed).error_detail == {"message": "not needed"}
+
+    kept = make_dead(q, error="poison")  # no reason: the last error stays as it was
+    q.discard(kept)
+    assert (q.get(kept).error, q.get(kept).error_detail) == ("poison", {"message": "poison"})
+
+
 @pytest.mark.parametrize("state", ["scheduled", "available"])
 def test_discard_moves_a_waiting_job_to_history(q, state):
     job_id = _waiting(q, state)

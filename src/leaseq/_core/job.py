@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from leaseq._core.error_line import error_line
 from leaseq.errors import InvalidArgument
 
 JobState = Literal[
@@ -168,8 +169,14 @@ class JobInfo:
     ``error_detail`` is the last failure as a JSON object: what ``nack`` was given (a
     dict kept as given; an exception as ``{"type", "message", "traceback"}``; a string
     as ``{"message"}``), ``{"message": error}`` for errors stored without one (bury,
-    discard, cancel and reclaim reasons, rows written before migration), None when
-    ``error`` is None.
+    cancel and reclaim reasons, rows written before migration), None when ``error`` is
+    None. A discard with a reason stores ``{"message": reason, "previous": <the last
+    error's detail>}``: the reason beside the last real error (``"previous"`` only when
+    there was one).
+
+    ``error_line`` is the error as people read it, one line: ``ValueError: card
+    declined`` rather than a traceback's first line (``leaseq._core.error_line``); None
+    when ``error`` is None. ``leaseq jobs`` and the dashboard's lists show it.
     """
 
     id: int
@@ -200,6 +207,12 @@ class JobInfo:
     lease: float | None = None
     headers: dict[str, str] | Undecodable | None = None
     error_detail: dict[str, Any] | Undecodable | None = None
+    error_line: str | None = field(init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A field, not a property, so that every JSON view of a JobInfo (leaseq jobs
+        # --json, the dashboard's API) carries the line as well.
+        object.__setattr__(self, "error_line", error_line(self.error, self.error_detail))
 
 
 def error_detail(error: str | None, detail: Any) -> dict[str, Any] | Undecodable | None:

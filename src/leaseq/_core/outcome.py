@@ -112,8 +112,10 @@ def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
         return [("bury", (job,), {"reason": outcome.error})]
     if outcome.action == "discard":
         # Bury is the fenced step; the discard of the then-dead job cannot race a holder.
+        # The bury records the reason (a waiter may see the dead job in between); the
+        # discard then keeps what the bury wrote.
         return [("bury", (job,), {"reason": outcome.error}),
-                ("discard", (job.id,), {"reason": outcome.error})]
+                ("discard", (job.id,), {"reason": None})]
     if outcome.note is not None and outcome.action == "release":
         return [("release", (job,), {"delay": outcome.delay or 0.0, "error": outcome.note})]
     return [("release", (job,), {})]

@@ -313,6 +313,23 @@ def _exception_detail(value: BaseException) -> str:
     return json.dumps(record, ensure_ascii=False, allow_nan=False)
 
 
+def discard_record(reason: str | None, last_error: str | None, last_detail: Any
+                   ) -> tuple[str | None, str | None]:
+    """What a discard stores as ``(error, error_detail)``, on every backend: the reason
+    beside the last real error, ``{"message": reason, "previous": <the last error's
+    detail>}`` (``{"message": last_error}`` when it had none; no ``"previous"`` when
+    there was no error). Without a reason, ``(None, None)``: the last error stays as it
+    is. ``last_detail`` is the stored detail, decoded."""
+    if reason is None:
+        return None, None
+    previous = last_detail if isinstance(last_detail, dict) else (
+        None if last_error is None else {"message": last_error})
+    record: dict[str, Any] = {"message": reason}
+    if previous is not None:
+        record["previous"] = previous
+    return reason, json.dumps(record, ensure_ascii=False, allow_nan=False)
+
+
 def error_record(value: object) -> tuple[str | None, str | None]:
     """What ``nack(job, error=...)`` stores: the readable text and the error as a JSON
     object (text), or None when the text says it all (a string: read back as

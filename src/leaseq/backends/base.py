@@ -109,8 +109,10 @@ class Backend(Protocol):
     name: str
     supports_transactions: bool
 
-    def migrate(self) -> None:
-        """Create or upgrade the schema; idempotent and safe to race."""
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; idempotent and safe to race. Returns the
+        migrations this call applied (``0001_init``, ...): [] when the schema was up to
+        date, or where there is none to create (Redis, memory)."""
 
     def due_now(self, queues: Sequence[str]) -> bool:
         """Whether a queue of ``queues`` that is not paused holds a job due now (available,
@@ -285,7 +287,9 @@ class Backend(Protocol):
         """dead or scheduled → available now (dead jobs get fresh attempts, kicks + 1)."""
 
     def discard(self, job_id: int, reason: str | None) -> None:
-        """dead, scheduled or available → discarded (history)."""
+        """dead, scheduled or available → discarded (history). With a reason, the error
+        becomes the reason and the detail keeps the last real error beside it
+        (``leaseq._core.validate.discard_record``); without one, the last error stays."""
 
     def cancel(self, job_id: int) -> JobState:
         """scheduled, available or dead → cancelled (history); running → flagged, so
@@ -372,7 +376,7 @@ class AsyncBackend(Protocol):
     name: str
     supports_transactions: bool
 
-    async def migrate(self) -> None: ...
+    async def migrate(self) -> list[str]: ...
     async def schema_versions(self) -> tuple[int, int] | None: ...
     async def due_now(self, queues: Sequence[str]) -> bool: ...
     async def enqueue(

@@ -29,7 +29,7 @@ from leaseq._core.job import (
     ServerConfig,
     error_detail,
 )
-from leaseq._core.validate import claimed, stored
+from leaseq._core.validate import claimed, discard_record, stored
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends.base import (
     FailItem,
@@ -131,8 +131,9 @@ class MemoryBackend:
         self.max_queues: int | None = None  # configure_server
         self.queue_names: set[str] = set()  # every queue a job was enqueued into
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[str]:
         """Nothing to create."""
+        return []
 
     def schema_versions(self) -> tuple[int, int] | None:
         """None: nothing to migrate."""
@@ -597,7 +598,8 @@ class MemoryBackend:
             r = self.live.get(job_id)
             if r is None or r.state not in ("available", "dead"):
                 raise self._refuse(job_id, "discard", "dead, scheduled or available")
-            self._archive(r, "discarded", None, reason)
+            error, detail = discard_record(reason, r.error, stored(r.error_detail))
+            self._archive(r, "discarded", None, error, detail)
 
     def cancel(self, job_id: int) -> JobState:
         with self.lock:

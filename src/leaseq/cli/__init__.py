@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 import leaseq
+from leaseq._core.url import DEFAULT_URL, URL_ENV, resolve_url
 from leaseq.cli.dashboard import dashboard as dashboard_command
 from leaseq.cli.schedules import schedules as schedules_command
 
@@ -31,7 +32,6 @@ DIALECTS = {
     "mysql": "leaseq.backends.mysql",
     "sqlite": "leaseq.backends.sqlite",
 }
-DEFAULT_URL = "sqlite:///leaseq.db"
 STATES = ("scheduled", "available", "running", "dead", "completed", "cancelled", "discarded")
 
 if TYPE_CHECKING:
@@ -60,18 +60,27 @@ def new_table(**kwargs: Any) -> Table:
 def cli() -> None:
     """leaseq: a durable job queue in the database you already run.
 
-    Every command takes --url (or LEASEQ_URL; default sqlite:///leaseq.db). Exit codes:
-    0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable, 4 no such job; worker:
-    69 database unreachable past --start-timeout, 78 cannot run as configured.
+    The database: --url, else LEASEQ_URL, else sqlite:///leaseq.db; `leaseq worker` runs
+    on its app's URL, which only --url overrides (LEASEQ_URL fills in only when the app
+    names none). Exit codes: 0 ok, 1 leaseq error, 2 bad usage, 3 database unavailable,
+    4 no such job; worker: 69 database unreachable past --start-timeout, 78 cannot run
+    as configured (the --processes supervisor does not restart it).
     """
+
+
+def url_option(default: str = DEFAULT_URL, help_text: str = "Database URL.") -> Callable[[F], F]:
+    """``--url``, resolved by leaseq's one rule (``leaseq._core.url``): the option, else
+    ``LEASEQ_URL``, else ``default``. Commands get the resolved URL."""
+    return click.option(
+        "--url", default=None, show_default=f"{URL_ENV}, else {default}", help=help_text,
+        callback=lambda ctx, param, value: resolve_url(override=value, default=default))
 
 
 def database(f: F) -> F:
     """--url and --table-prefix, shared by every command that talks to a database."""
     f = click.option("--table-prefix", default="leaseq_", show_default=True,
                      help="Prefix of leaseq's table names.")(f)
-    f = click.option("--url", envvar="LEASEQ_URL", default=DEFAULT_URL, show_default=True,
-                     help="Database URL (or set LEASEQ_URL).")(f)
+    f = url_option()(f)
     return f
 
 
@@ -117,11 +126,36 @@ def duration(text: str) -> float:
 
 @cli.command()
 @database
-def migrate(url: str, table_prefix: str) -> None:
-    """Create or upgrade leaseq's tables (idempotent)."""
+@as_json
+def migrate(url: str, table_prefix: str, json_out: bool) -> None:
+    """Create or upgrade leaseq's tables (idempotent) and say which migrations ran."""
+    from leaseq._core.redact import redact_url
+
     with connect(url, table_prefix) as q:
-        q.migrate()
-    click.echo(f"schema is up to date at {url.split('@')[-1]}")
+        applied = q.migrate()
+    if json_out:
+        emit({"applied": applied, "created": migrated_from_scratch(applied)})
+        return
+    click.echo(migrate_text(applied, redact_url(url)))
+
+
+def migrated_from_scratch(applied: list[str]) -> bool:
+    return bool(applied) and applied[0].startswith("0001_")
+
+
+def migrate_text(applied: list[str], where: str) -> str:
+    """What ``leaseq migrate`` did, in words: created, upgraded, or nothing to do."""
+    if migrated_from_scratch(applied):
+        return (f"created leaseq's schema at {where}: {plural(len(applied), 'migration')} "
+                f"applied ({applied[0]} to {applied[-1]})")
+    if applied:
+        return (f"upgraded leaseq's schema at {where}: applied {', '.join(applied)}")
+    return f"schema at {where} was already up to date: nothing to apply"
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 job``, ``2 jobs``; ``nouns`` where adding an s is wrong."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
 
 @cli.command()
@@ -267,9 +301,8 @@ def jobs(queue: str | None, state: str | None, limit: int, after: int, kind: str
     for column in ("id", "queue", "kind", "state", "attempts", "error"):
         table.add_column(column)
     for j in found:
-        error = (j.error or "").strip().splitlines()[-1:] or [""]
         table.add_row(str(j.id), j.queue, j.kind or "", j.state,
-                      f"{j.attempts}/{j.max_attempts}", error[0][:60])
+                      f"{j.attempts}/{j.max_attempts}", j.error_line or "")
     console().print(table)
     if len(found) == limit:
         click.echo(f"more: --after {found[-1].id}")
@@ -286,31 +319,70 @@ def get(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
     if json_out:
         emit(info_dict(j))
         return
+    # The error shows as its line, its detail without tracebacks, and the traceback once,
+    # at the end (``--json`` keeps every field as stored).
+    trace = traceback_of(j)
     for key, value in info_dict(j).items():
-        if key in ("payload", "result", "error_detail"):
+        if key == "error_line":
+            continue
+        if key == "error":
+            value = j.error_line
+        elif key == "error_detail":
+            value = dumps(without_tracebacks(value))
+        elif key in ("payload", "result"):
             value = dumps(value)
         click.echo(f"{key:>16}: {value}")
+    if trace:
+        label = "traceback" if "Traceback (most recent call last)" in trace else "full error"
+        click.echo(f"{label:>16}:")
+        click.echo(trace.rstrip())
+
+
+def traceback_of(j: leaseq.JobInfo) -> str | None:
+    """The job's traceback (or its error's full text when that is more than its line):
+    the detail's, else the last real error's under a discard's ``"previous"``."""
+    stored = j.error_detail if isinstance(j.error_detail, dict) else {}
+    for detail in (stored, stored.get("previous")):
+        if isinstance(detail, dict) and isinstance(detail.get("traceback"), str):
+            return str(detail["traceback"])
+    if j.error and j.error.strip() != j.error_line:
+        return j.error
+    return None
+
+
+def without_tracebacks(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}
+    return value
 
 
 @cli.command()
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
 @database
-def kick(queue: str, limit: int, url: str, table_prefix: str) -> None:
+@as_json
+def kick(queue: str, limit: int, url: str, table_prefix: str, json_out: bool) -> None:
     """Make up to LIMIT dead jobs of QUEUE available again."""
     with connect(url, table_prefix) as q, console().status(f"kicking dead jobs of {queue}"):
         n = q.kick(queue, limit=limit)
-    click.echo(f"{n} jobs kicked")
+    if json_out:
+        emit({"queue": queue, "kicked": n})
+    else:
+        click.echo(f"{plural(n, 'job')} kicked")
 
 
 def job_verb(name: str, help_text: str, call: Callable[[leaseq.Queue, int], Any]) -> None:
     @cli.command(name=name, help=help_text)
     @click.argument("job_id", type=int)
     @database
-    def command(job_id: int, url: str, table_prefix: str) -> None:
+    @as_json
+    def command(job_id: int, url: str, table_prefix: str, json_out: bool) -> None:
         with connect(url, table_prefix) as q:
             state = call(q, job_id)
-        click.echo(f"job {job_id}: {state}")
+        if json_out:
+            emit({"id": job_id, "state": state})
+        else:
+            click.echo(f"job {job_id}: {state}")
 
 
 def _retry(q: leaseq.Queue, job_id: int) -> str:
@@ -333,10 +405,14 @@ def queue_verb(name: str, help_text: str) -> None:
     @cli.command(name=name, help=help_text)
     @click.argument("queue")
     @database
-    def command(queue: str, url: str, table_prefix: str) -> None:
+    @as_json
+    def command(queue: str, url: str, table_prefix: str, json_out: bool) -> None:
         with connect(url, table_prefix) as q:
             getattr(q, name)(queue)
-        click.echo(f"queue {queue} {name}d")
+        if json_out:
+            emit({"queue": queue, "paused": name == "pause"})
+        else:
+            click.echo(f"queue {queue} {name}d")
 
 
 queue_verb("pause", "Stop every worker from taking jobs of QUEUE.")
@@ -525,11 +601,15 @@ def server_set(max_queues: float | None, url: str, table_prefix: str, json_out: 
 @cli.command()
 @click.option("--older-than", type=duration, required=True, help="e.g. 7d, 12h, 3600.")
 @database
-def prune(older_than: float, url: str, table_prefix: str) -> None:
+@as_json
+def prune(older_than: float, url: str, table_prefix: str, json_out: bool) -> None:
     """Delete finished jobs from history."""
     with connect(url, table_prefix) as q, console().status("pruning history"):
         n = q.prune(older_than=older_than)
-    click.echo(f"{n} history rows pruned")
+    if json_out:
+        emit({"pruned": n})
+    else:
+        click.echo(f"{plural(n, 'history row')} pruned")
 
 
 # -- worker and demo -------------------------------------------------------------------------
@@ -570,8 +650,10 @@ def process_count(text: str | int) -> int:
 @click.option("--poll-interval", type=float, default=1.0, show_default=True,
               help="Longest wait between polls of empty queues.")
 @click.option("--reclaim-interval", type=float, default=5.0, show_default=True,
-              help="Seconds between reclaims of expired leases (at most the app's "
-                   "Settings.reclaim_interval, 1 s by default).")
+              help="Longest pause in seconds between reclaims of expired leases. The app's "
+                   "Settings.reclaim_interval caps it when shorter (1 s unless set; None "
+                   "leaves it alone), so with default settings the worker reclaims every "
+                   "second.")
 @click.option("--prune-history-after", type=duration, default=None, metavar="DURATION",
               help="Also prune history (completed, cancelled, discarded jobs) older than "
                    "this, e.g. 7d, 12h, 3600: soon after start, then about hourly. Off by default: "
@@ -607,7 +689,8 @@ def process_count(text: str | int) -> int:
                    "after start [default: keep trying]. A database that answers but cannot "
                    "be used (bad URL or credentials, unknown database, tables missing or "
                    "older than this leaseq) exits 78 at once.")
-@click.option("--url", envvar="LEASEQ_URL", help="Override the app's database URL.")
+@click.option("--url", help="Run on this database, not the app's (LEASEQ_URL never "
+                           "overrides a URL the app names; docs/operations.md).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               envvar="LEASEQ_METRICS_PORT",
               help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; "
@@ -672,8 +755,9 @@ def worker(app_path: str, queues: str | None, concurrency: int | None, lease: fl
 
 
 @cli.command()
-@click.option("--url", envvar="LEASEQ_URL", default=None,
-              help="Run on this database instead of ./leaseq-demo.db.")
+@click.option("--url", default=None, show_default=f"{URL_ENV}, else a fresh ./leaseq-demo.db",
+              help="Run on this database.",
+              callback=lambda ctx, param, value: resolve_url(override=value, default="") or None)
 @click.option("--jobs", "count", type=click.IntRange(20, 5000), default=300, show_default=True)
 def demo(url: str | None, count: int) -> None:
     """Run a worker over a few hundred demo jobs and show where each ended."""
@@ -683,8 +767,7 @@ def demo(url: str | None, count: int) -> None:
 
 
 @cli.command()
-@click.option("--url", envvar="LEASEQ_URL", default="sqlite:///leaseq-bench.db",
-              show_default=True, help="Database to measure (fresh tables, dropped after).")
+@url_option("sqlite:///leaseq-bench.db", "Database to measure (fresh tables, dropped after).")
 @click.option("--jobs", type=click.IntRange(100), default=20_000, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Worker processes for the drain.")

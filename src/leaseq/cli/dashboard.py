@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 
 import click
 
+from leaseq._core.url import resolve_url
 from leaseq.dashboard.security import MIN_TOKEN_LENGTH
 from leaseq.errors import ConfigurationError
 
@@ -59,8 +60,8 @@ def check_token(name: str, token: str | None, host: str) -> None:
 
 
 @click.command()
-@click.option("--url", envvar="LEASEQ_URL", default="sqlite:///leaseq.db", show_default=True,
-              help="Database URL (or set LEASEQ_URL).")
+@click.option("--url", default=None, show_default="LEASEQ_URL, else sqlite:///leaseq.db",
+              help="Database URL.", callback=lambda ctx, param, value: resolve_url(override=value))
 @click.option("--table-prefix", default="leaseq_", show_default=True,
               help="Prefix of leaseq's table names.")
 @click.option("--host", default="127.0.0.1", show_default=True,

@@ -145,8 +145,7 @@ def run(url: str | None, count: int, console: Console) -> None:
     console.print(table)
     dead = q.jobs(state="dead", limit=1)
     if dead:
-        last_line = (dead[0].error or "").strip().splitlines()[-1:] or [""]
         console.print(f"dead jobs keep their last error, e.g. job {dead[0].id}: "
-                      f"[italic]{last_line[0]}[/]. Try: leaseq get {dead[0].id} --url "
+                      f"[italic]{dead[0].error_line or ''}[/]. Try: leaseq get {dead[0].id} --url "
                       f"{url} --table-prefix {PREFIX}, or leaseq kick reports ...")
     app.close()

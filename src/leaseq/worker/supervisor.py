@@ -119,6 +119,7 @@ def load_app(target: str, error: Callable[[str], Exception] = ConfigurationError
     app = getattr(module, attr or "app", None)
     if not isinstance(app, App):
         raise error(f"{target!r} is not a leaseq.App (use module:attribute)")
+    app.load_includes()
     return app
 
 

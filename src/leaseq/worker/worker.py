@@ -181,9 +181,12 @@ class Worker(Heartbeats):
         start_timeout: float | None = None,
     ) -> None:
         self.app = app
+        app.load_includes()
         self.queues = list(queues or sorted({t.defaults.queue for t in app.tasks.values()}))
         if not self.queues:
-            raise LeaseqError("no queues to work: register tasks or pass queues")
+            raise LeaseqError(f"no queues to work: {app.no_tasks_hint([])}, or pass queues")
+        if hint := app.no_tasks_hint(self.queues):
+            log.warning("%s", hint)
         mine = [t for t in app.tasks.values() if t.defaults.queue in self.queues]
         every_async = bool(mine) and all(t.is_async for t in mine)
         if concurrency is None:

@@ -33,7 +33,7 @@ from leaseq._core.job import (
     error_detail,
 )
 from leaseq._core.limits import allowance, next_start, tokens_now
-from leaseq._core.validate import claimed, stored
+from leaseq._core.validate import claimed, discard_record, stored
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends._sql.plan import (
     UNIQUE_RETRIES,
@@ -910,7 +910,8 @@ class SqlOps:
         r = yield Stmt("lock_idle", {"id": job_id})
         if not r.rows:
             yield from self.refuse(job_id, "discard", "dead, scheduled or available")
-        yield from self.archive(job_id, "discarded", result=None, error=reason)
+        error, detail = discard_record(reason, r.rows[0][1], stored(r.rows[0][2]))
+        yield from self.archive(job_id, "discarded", result=None, error=error, detail=detail)
 
     def cancel(self, job_id: int) -> Plan[JobState]:
         r = yield Stmt("lock_live", {"id": job_id})

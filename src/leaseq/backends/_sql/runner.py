@@ -115,7 +115,9 @@ class SyncRunner(ABC):
     def translate(self, exc: BaseException) -> LeaseqError: ...
 
     @abstractmethod
-    def migrate(self) -> None: ...
+    def migrate(self) -> list[str]:
+        """Applies the migrations this database lacks; returns their names
+        (``0001_init``, ...), [] when it was up to date."""
 
     @abstractmethod
     def close(self) -> None: ...
@@ -263,7 +265,7 @@ class AsyncRunner(ABC):
     def translate(self, exc: BaseException) -> LeaseqError: ...
 
     @abstractmethod
-    async def migrate(self) -> None: ...
+    async def migrate(self) -> list[str]: ...
 
     @abstractmethod
     async def close(self) -> None: ...
@@ -290,8 +292,8 @@ class ThreadedAsyncRunner:
         return asyncio.to_thread(self.sync.run, factory, write=write, conn=conn, after=after,
                                  single=single, idempotent=idempotent)
 
-    async def migrate(self) -> None:
-        await asyncio.to_thread(self.sync.migrate)
+    async def migrate(self) -> list[str]:
+        return await asyncio.to_thread(self.sync.migrate)
 
     async def close(self) -> None:
         self.sync.close()

@@ -464,8 +464,9 @@ class MysqlRunner(PooledSyncRunner[Any]):
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[str]:
         q, key = self.d.q, {"key": f"leaseq:migrate:{self.d.prefix}"}
+        applied: list[str] = []
         conn = self.connect(migrating=True)
         try:
             conn.autocommit(True)  # MySQL DDL commits implicitly; the named lock serialises
@@ -480,6 +481,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
                             for sql in statements:
                                 cur.execute(sql)
                             cur.execute(q["record_version"], {"version": version, "name": name})
+                            applied.append(f"{version:04d}_{name}")
                     install_routine(cur, self.d)
                 finally:
                     cur.execute(q["migrate_unlock"], key)
@@ -489,6 +491,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
             raise self.translate(exc) from exc
         finally:
             conn.close()
+        return applied
 
 
 def install_routine(cur: Any, d: MysqlDialect) -> None:
@@ -622,11 +625,11 @@ class AsyncMysqlRunner(AsyncRunner):
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str]:
         # DDL is rare and short: run it with the sync code in a thread.
         runner = MysqlRunner(self.url, self.d, self.settings)
         try:
-            await asyncio.to_thread(runner.migrate)
+            return await asyncio.to_thread(runner.migrate)
         finally:
             runner.close()
 

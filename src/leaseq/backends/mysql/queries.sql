@@ -186,7 +186,8 @@ WHERE id = :id
   AND (state = 'dead' OR (state = 'available' AND available_at > UTC_TIMESTAMP(6)));
 
 -- name: lock_idle
-SELECT id FROM {prefix}jobs WHERE id = :id AND state IN ('available', 'dead') FOR UPDATE;
+-- discard: the job, with its last error for the history row (discard_record).
+SELECT id, last_error, error_detail FROM {prefix}jobs WHERE id = :id AND state IN ('available', 'dead') FOR UPDATE;
 
 -- name: lock_live
 SELECT state FROM {prefix}jobs WHERE id = :id FOR UPDATE;

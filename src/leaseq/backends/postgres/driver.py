@@ -419,8 +419,9 @@ class PostgresRunner(SyncRunner):
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where, self.d.prefix)
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[str]:
         q = self.d.q
+        applied: list[str] = []
         try:
             with self.pool.connection() as conn, conn.transaction():  # DDL all or nothing
                 # Racing migrators queue on one advisory lock per table prefix.
@@ -432,11 +433,13 @@ class PostgresRunner(SyncRunner):
                         for sql in statements:
                             conn.execute(sql)
                         conn.execute(q["record_version"], {"version": version, "name": name})
+                        applied.append(f"{version:04d}_{name}")
                 install_routine(conn, self.d)
         except LeaseqError:
             raise
         except Exception as exc:
             raise self.translate(exc) from exc
+        return applied
 
     def close(self) -> None:
         self.pool.close()
@@ -513,11 +516,11 @@ class AsyncPostgresRunner(AsyncRunner):
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where, self.d.prefix)
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> list[str]:
         # DDL is rare and short: run it with the sync code in a thread.
         runner = PostgresRunner(self.target, self.d, self.settings)
         try:
-            await asyncio.to_thread(runner.migrate)
+            return await asyncio.to_thread(runner.migrate)
         finally:
             runner.close()
 

@@ -251,8 +251,8 @@ class RedisOps:
                 "noeviction (then writes fail loudly instead).", self.where, value,
             )
 
-    def migrate(self) -> Plan[None]:
-        """Nothing to create: checks the server, loads the scripts, refiles dead jobs
+    def migrate(self) -> Plan[list[str]]:
+        """Nothing to create (returns []): checks the server, loads the scripts, refiles dead jobs
         an older leaseq filed by id alone in kick order (``order_dead.lua``) and files
         those it buried in the buried set (``index_dead.lua``)."""
         yield from self.startup()
@@ -271,6 +271,7 @@ class RedisOps:
                 starts = {name: start + ROUND
                           for (name, start), n in zip(starts.items(), read, strict=True)
                           if n == ROUND}
+        return []
 
     # -- enqueue and claim -------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, TypeVar
 
 from leaseq._core.settings import Settings
@@ -61,17 +62,26 @@ class SqliteRunner(PooledSyncRunner[sqlite3.Connection]):
         super().__init__(Pool(self.connect, sqlite3.Connection.close, settings.pool_size,
                               settings.connect_timeout))
 
-    def connect(self) -> sqlite3.Connection:
+    def connect(self, create: bool = False) -> sqlite3.Connection:
+        """A connection to the database file; only ``migrate`` (``create``) makes the file,
+        so a read (``leaseq stats`` in the wrong directory) leaves no empty database
+        behind and says to migrate instead."""
         try:
             # isolation_level=None: leaseq issues BEGIN/COMMIT itself.
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
-                                   check_same_thread=False)
+            target, uri = (self.path, False) if create else (
+                Path(self.path).absolute().as_uri() + "?mode=rw", True)
+            conn = sqlite3.connect(target, timeout=self.timeout, isolation_level=None,
+                                   check_same_thread=False, uri=uri)
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives a crash of any process; only an OS crash or power
             # loss can drop the last commits (docs/design.md, "SQLite durability").
             conn.execute("PRAGMA synchronous=NORMAL")
             return conn
         except sqlite3.Error as exc:
+            if not create and not Path(self.path).exists():
+                raise SchemaMissing(
+                    f"no SQLite database at {self.path!r}: run `leaseq migrate` or "
+                    "Queue.migrate() to create it") from exc
             raise BackendUnavailable(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
     def begin(self, conn: sqlite3.Connection, write: bool) -> None:
@@ -135,10 +145,11 @@ class SqliteRunner(PooledSyncRunner[sqlite3.Connection]):
             return BackendUnavailable(f"SQLite database {self.path!r} failed: {text}")
         return BackendError(f"SQLite database {self.path!r} failed: {text}")
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[str]:
         q = self.d.q
+        applied: list[str] = []
         try:
-            conn = self.connect()
+            conn = self.connect(create=True)
             try:
                 conn.execute("BEGIN IMMEDIATE")  # serialises concurrent migrators
                 conn.execute(q["migrations_table"])
@@ -148,11 +159,13 @@ class SqliteRunner(PooledSyncRunner[sqlite3.Connection]):
                         for sql in statements:
                             conn.execute(sql)
                         conn.execute(q["record_version"], {"version": version, "name": name})
+                        applied.append(f"{version:04d}_{name}")
                 conn.execute("COMMIT")
             finally:
                 conn.close()
         except sqlite3.Error as exc:
             raise self.translate(exc) from exc
+        return applied
 
 
 def sqlite_path(url: str) -> str:

@@ -156,7 +156,8 @@ WHERE id = :id AND (state = 'dead' OR
       (state = 'available' AND available_at > (julianday('now') - 2440587.5) * 86400.0));
 
 -- name: lock_idle
-SELECT id FROM {prefix}jobs WHERE id = :id AND state IN ('available', 'dead');
+-- discard: the job, with its last error for the history row (discard_record).
+SELECT id, last_error, error_detail FROM {prefix}jobs WHERE id = :id AND state IN ('available', 'dead');
 
 -- name: lock_live
 SELECT state FROM {prefix}jobs WHERE id = :id;

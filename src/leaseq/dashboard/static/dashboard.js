@@ -155,7 +155,7 @@
     tr.appendChild(cell(job.created_at.replace("T", " ").slice(0, 23) + " UTC", "time"));
     const payload = typeof job.payload === "string" ? job.payload : JSON.stringify(job.payload);
     tr.appendChild(cell(payload.length > 160 ? payload.slice(0, 160) + "…" : payload, "mono clip"));
-    const error = job.error || "";
+    const error = job.error_line || "";
     tr.appendChild(cell(error.length > 160 ? error.slice(0, 160) + "…" : error, "mono clip err"));
     return tr;
   }
