@@ -380,9 +380,17 @@ def test_two_worker_processes_drain_queues_on_three_masters_one_killed_midway(
         victim, survivor = start(0), start(1)
         # Killed once it is draining too (a slow start under load would otherwise leave it
         # holding nothing, and the test would prove no reclaim).
-        wait_for(lambda: len(events("end")) >= len(ids) // 4
-                 and victim.pid in {e["pid"] for e in events("end")},
-                 timeout=60, interval=0.05, message="a quarter done, the victim draining")
+        def victim_mid_job() -> bool:
+            # A quarter done, and the victim inside a handler right now: killed between
+            # two claims (a loaded machine stretches those gaps) it would hold nothing,
+            # and the test would prove no reclaim.
+            ended = {(e["job"], e["token"]) for e in events("end")}
+            running = [e for e in events("start") if e["pid"] == victim.pid
+                       and (e["job"], e["token"]) not in ended]
+            return len(ended) >= len(ids) // 4 and bool(running)
+
+        wait_for(victim_mid_job, timeout=60, interval=0.01,
+                 message="a quarter done, the victim inside a handler")
         victim.kill()  # mid-drain: its running jobs come back when their leases expire
         victim.wait(10)
         killed_at = time.monotonic()

@@ -114,7 +114,8 @@ def dashboard(installed: Path, tmp_path: Path) -> Iterator[str]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(installed / "leaseq"), "dashboard", "--url", "sqlite:///board.db",
-             "--port", str(port)], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+             "--port", str(port)], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "LEASEQ_DASHBOARD_TOKEN": BOARD_TOKEN})
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -133,8 +134,12 @@ def dashboard(installed: Path, tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=30)
 
 
+BOARD_TOKEN = "release-test-token-0123456789"
+
+
 def get(url: str) -> tuple[int, str, str]:
-    with urllib.request.urlopen(url, timeout=10) as reply:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {BOARD_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
         return reply.status, reply.headers.get("content-type", ""), reply.read().decode()
 
 

@@ -110,7 +110,9 @@ class Completer:
             if job.id not in again:
                 self.on_done(job, failure)
         if again:
-            log.log(_outage.level_for(failure),
+            # WARNING unless the fetch loop is reporting an outage: a lost ack reply
+            # with the database otherwise answering shows nowhere else.
+            log.log(_outage.level(),
                     "ack of %d jobs failed (%s); trying again in %.1f s while their "
                     "leases last", len(again), failure, self.pause)
             await asyncio.sleep(self.pause)
