@@ -12,7 +12,7 @@ import pytest
 import leaseq
 from leaseq.backends.mysql.driver import MysqlDialect
 from tests.conftest import require
-from tests.helpers import MYSQL_URL
+from tests.helpers import MYSQL_URL, held_transaction, oldest_bound
 
 
 @pytest.fixture
@@ -50,3 +50,20 @@ def test_a_connection_closed_for_idling_is_replaced_and_the_write_runs_once(
     job = q.enqueue("idle", {"n": 1})
     assert seen and q.get(job.id).state == "available"
     assert q.stats()["idle"].available == 1
+
+
+def test_oldest_transaction_age_ignores_the_session_time_zone(q: leaseq.Queue,
+                                                              prefix: str) -> None:
+    """InnoDB writes trx_started in the system time zone; a session whose time_zone is
+    another read the gauge off by the offset (18,000 s at +05:00)."""
+    sql = MysqlDialect(prefix).q["oldest_transaction_age"]
+    with held_transaction("mysql", f"{prefix}jobs"):
+        for zone in ("+05:00", "-07:00"):
+            conn = connect(zone)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql)
+                    (age,) = cur.fetchone()
+            finally:
+                conn.close()
+            assert 0.0 <= float(age) <= oldest_bound(), (zone, age)
