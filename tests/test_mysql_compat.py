@@ -37,7 +37,8 @@ def test_a_connection_closed_for_idling_is_replaced_and_the_write_runs_once(
     plain enqueue (not safe to repeat after a lost reply) runs again on a new connection,
     once. MariaDB closes silently, so the error is injected here as MySQL sends it."""
     runner = q._backend.runner  # type: ignore[attr-defined]
-    real, seen = runner.execute, []
+    real = runner.execute
+    seen: list[object] = []
 
     def idle_closed_once(conn: object, stmt: object) -> object:
         if not seen:
