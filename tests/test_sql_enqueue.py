@@ -133,6 +133,8 @@ BAD = [
     ({"queue": ""}, "queue name"),
     ({"queue": "x" * 201}, "queue name"),
     ({"queue": "caf\u00e9"}, "queue name"),
+    ({"queue": "\u212a"}, "queue name"),  # Kelvin sign: k under case folding
+    ({"queue": "\u017f"}, "queue name"),  # long s: s under case folding
     ({"queue": "line\n"}, "queue name"),
     ({"queue": None}, "queue name"),
     ({"kind": ""}, "kind"),

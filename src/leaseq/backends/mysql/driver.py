@@ -43,6 +43,12 @@ PACKAGE = "leaseq.backends.mysql"
 DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
 DUPLICATE_KEY = 1062
 DISCONNECTS = {2003, 2006, 2013, 2055, 0}
+IDLE_CLOSED = 4031
+"""MySQL 8.0.24+ (ER_CLIENT_INTERACTION_TIMEOUT): the server closed a session idle past
+``wait_timeout`` and wrote this error to it first, so the next statement on that pooled
+connection reads it instead of 2013. The statement never reached a live session and the
+session's open transaction, if any, was rolled back: nothing was applied (design §60).
+MariaDB closes such a session without a word (2013/2006)."""
 BATCH_BYTES = 4 * 1024 * 1024  # per multi-row INSERT; stays far below max_allowed_packet
 ISOLATION = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 READ_TIMEOUT = 60.0
@@ -188,8 +194,16 @@ def retryable(exc: BaseException) -> bool:
 
 
 def disconnected(exc: BaseException) -> bool:
-    """The server went away or killed this connection (2006/2013, KILL: 1927)."""
-    return code(exc) in (*DISCONNECTS, 1927) or isinstance(exc, pymysql.err.InterfaceError)
+    """The server went away or killed this connection (2006/2013, KILL: 1927, MySQL's
+    idle timeout: 4031)."""
+    return (code(exc) in (*DISCONNECTS, 1927, IDLE_CLOSED)
+            or isinstance(exc, pymysql.err.InterfaceError))
+
+
+def unapplied(exc: BaseException) -> bool:
+    """The server closed the session before this transaction could commit anything
+    (``IDLE_CLOSED``): any operation may run again on a new connection."""
+    return code(exc) == IDLE_CLOSED
 
 
 def translate(exc: BaseException, where: str) -> LeaseqError:
@@ -458,6 +472,9 @@ class MysqlRunner(PooledSyncRunner[Any]):
     def disconnected(self, exc: BaseException) -> bool:
         return disconnected(exc)
 
+    def unapplied(self, exc: BaseException) -> bool:
+        return unapplied(exc)
+
     def recover(self) -> None:
         self.pool.discard_idle()  # after a restart the idle connections are dead too
 
@@ -617,6 +634,9 @@ class AsyncMysqlRunner(AsyncRunner):
 
     def disconnected(self, exc: BaseException) -> bool:
         return disconnected(exc)
+
+    def unapplied(self, exc: BaseException) -> bool:
+        return unapplied(exc)
 
     async def recover(self) -> None:
         if self._pool is not None:

@@ -57,13 +57,24 @@ proc: BEGIN
     DECLARE v_message VARCHAR(512);  -- cut to SIGNAL's 128 characters where it is set
 
     SET p_id = NULL;
+    -- REGEXP follows the collation, and the argument's is case-insensitive (MySQL 8's
+    -- utf8mb4_0900_ai_ci, MariaDB's utf8mb4_general_ci): there the Kelvin sign and the long
+    -- s fold into [A-Za-z] and passed as valid. utf8mb4_bin compares exactly on both.
     IF p_queue IS NULL OR CHAR_LENGTH(p_queue) NOT BETWEEN 1 AND 200
-            OR p_queue REGEXP '[^-A-Za-z0-9_.]' THEN
+            OR p_queue COLLATE utf8mb4_bin REGEXP '[^-A-Za-z0-9_.]' THEN
         SET v_message = LEFT(CONCAT('{prefix}enqueue: invalid queue name ',
                                COALESCE(QUOTE(LEFT(p_queue, 40)), 'NULL'),
                                ': use 1-200 of A-Z a-z 0-9 _ . -'), 128);
         SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = v_message;
     END IF;
+    checked: BEGIN
+    -- MySQL's JSON functions raise error 3157 (SQLSTATE 22032) for text nested more than
+    -- 100 levels, where JSON_VALID would otherwise say 0: made the refusal it is, 22023
+    -- naming the limit. MariaDB only notes (HY000) its 32-level limit, so this never runs
+    -- there.
+    DECLARE EXIT HANDLER FOR SQLSTATE '22032'
+        SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT =
+            '{prefix}enqueue: payload nests arrays and objects more than MAX_DEPTH={max_depth} deep';
     IF p_payload IS NOT NULL AND NOT JSON_VALID(p_payload) THEN
         -- MariaDB's JSON functions read at most 31 levels of nesting (json_lib's
         -- JSON_DEPTH_LIMIT of 32, counting a scalar inside as JSON_DEPTH does) and call
@@ -93,6 +104,7 @@ proc: BEGIN
                 '{prefix}enqueue: payload nests arrays and objects more than MAX_DEPTH={max_depth} deep';
         END IF;
     END IF;
+    END checked;
     IF p_kind IS NOT NULL AND CHAR_LENGTH(p_kind) NOT BETWEEN 1 AND {max_kind} THEN
         SIGNAL SQLSTATE '22023'
             SET MESSAGE_TEXT = '{prefix}enqueue: kind must be NULL or 1-{max_kind} characters';

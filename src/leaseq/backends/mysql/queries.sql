@@ -530,8 +530,12 @@ SELECT VERSION();
 -- The ServerStats gauge: seconds since the oldest open InnoDB transaction began, server-wide
 -- (the purge is server-wide too). Needs the PROCESS privilege; trx_started has whole
 -- seconds, and InnoDB refreshes the table only after 0.1 s without a read of it (a reader
--- polling faster sees it as it was).
-SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, min(trx_started), NOW(6)) / 1e6, 0)
+-- polling faster sees it as it was). trx_started is in the server's system time zone
+-- (InnoDB formats it with the operating system's local time, MySQL 8 and MariaDB alike)
+-- while NOW() is in the session's: compared in UTC, so a time_zone setting other than
+-- SYSTEM no longer adds its offset to the age.
+SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, CONVERT_TZ(MIN(trx_started), 'SYSTEM', '+00:00'),
+                              UTC_TIMESTAMP(6)) / 1e6, 0)
 FROM information_schema.INNODB_TRX;
 
 -- name: lock_limits
