@@ -40,10 +40,14 @@ def gather(results: list[list[int]], g: int) -> int:
 
 def make_app(url: str, prefix: str) -> leaseq.App:
     """The app on ``url`` and ``prefix``: the test enqueues with one, workers run another.
-    Leases of 1 s, so a killed worker's jobs come back quickly."""
+    Leases of 1 s, so a killed worker's jobs come back quickly. A loaded machine can hold a
+    heartbeat past such a lease, and the job then runs again elsewhere (fenced, as the test
+    checks): 50 attempts, so that no step goes dead of a slow machine and leaves its flow
+    waiting past the test's deadline."""
     app = leaseq.App(url, table_prefix=prefix, reclaim_interval=0.2)
     for fn in (step, member, gather):
-        app.task(fn, name=fn.__name__, queue="flows", lease=1)  # type: ignore[call-overload]
+        app.task(fn, name=fn.__name__, queue="flows", lease=1,  # type: ignore[call-overload]
+                 max_attempts=50)
     return app
 
 
