@@ -18,15 +18,33 @@ import pytest
 import leaseq
 from leaseq.backends._sql.epoch import MAX_EPOCH, SHIFT, next_epoch
 from tests.conftest import require
-from tests.helpers import MYSQL_URL, POSTGRES_URL, drop_tables, new_prefix
+from tests.helpers import (
+    MYSQL_URL,
+    POSTGRES_URL,
+    REDIS_CLUSTER_URL,
+    REDIS_PLAIN_URL,
+    REDIS_URL,
+    drop_tables,
+    new_prefix,
+)
 
-URLS = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL}
+URLS = {"postgres": POSTGRES_URL, "mysql": MYSQL_URL, "redis": REDIS_URL,
+        "redis_cluster": REDIS_CLUSTER_URL}
 RACERS = 4
 
 
 def stored(backend: str, prefix: str, identity: str | None = None) -> tuple[str, int] | None:
     """The stored ``(identity, epoch)``; with ``identity``, first overwrite the stored
     identity with it (what a promoted server looks like to the next connection)."""
+    if backend.startswith("redis"):
+        r = redis_client(backend)
+        try:
+            if identity is not None:
+                r.hset(f"{{{prefix}}}:epoch", "identity", identity)
+            found = r.hgetall(f"{{{prefix}}}:epoch")
+        finally:
+            r.close()
+        return (found["identity"], int(found["epoch"])) if found else None
     if backend == "postgres":
         import psycopg
 
@@ -52,10 +70,39 @@ def stored(backend: str, prefix: str, identity: str | None = None) -> tuple[str,
     return None if row is None else (str(row[0]), int(row[1]))
 
 
+def redis_client(backend: str) -> Any:
+    import redis
+
+    if backend == "redis_cluster":
+        seed = urlsplit(REDIS_CLUSTER_URL)
+        return redis.RedisCluster(host=seed.hostname, port=seed.port or 6379,
+                                  decode_responses=True)
+    return redis.Redis.from_url(REDIS_PLAIN_URL, decode_responses=True)
+
+
+def drop(backend: str, prefix: str) -> None:
+    if not backend.startswith("redis"):
+        drop_tables(backend, prefix)
+        return
+    r = redis_client(backend)
+    try:
+        # Every key of the prefix shares the {prefix} slot's node on a cluster.
+        node = r.get_node_from_key(f"{{{prefix}}}:ids") if backend == "redis_cluster" else None
+        keys = list(r.scan_iter(match=f"{{{prefix}}}*", **({"target_nodes": node} if node
+                                                             else {})))
+        for key in keys:
+            r.delete(key)
+    finally:
+        r.close()
+
+
 def stale(backend: str, identity: str) -> str:
     """An identity the server had before: the previous timeline on PostgreSQL (one step
-    back, so the bump is one epoch), another server id on MariaDB."""
-    return f"{int(identity, 16) - 1:08X}" if backend == "postgres" else f"{identity}0"
+    back, so the bump is one epoch), another server id on MariaDB, another replication id
+    on Redis."""
+    if backend == "postgres":
+        return f"{int(identity, 16) - 1:08X}"
+    return "0" * 40 if backend.startswith("redis") else f"{identity}0"
 
 
 def _enqueue(url: str, prefix: str, start: Any, out: Any) -> None:
@@ -64,19 +111,21 @@ def _enqueue(url: str, prefix: str, start: Any, out: Any) -> None:
         out.put(q.enqueue("ids", {"from": "racer"}).id)
 
 
-@pytest.fixture(params=["postgres", "mysql"])
-def sql(request: pytest.FixtureRequest) -> Any:
+@pytest.fixture(params=list(URLS))
+def server(request: pytest.FixtureRequest) -> Any:
+    """``(backend, url, prefix)`` of a server that hands out ids through a sequence a
+    promotion can set back."""
     backend = request.param
     require(backend)
     prefix = new_prefix()
     yield backend, URLS[backend], prefix
-    drop_tables(backend, prefix)
+    drop(backend, prefix)
 
 
-def test_a_new_database_records_its_server_and_renumbers_nothing(sql: Any) -> None:
-    backend, url, prefix = sql
+def test_a_new_database_records_its_server_and_renumbers_nothing(server: Any) -> None:
+    backend, url, prefix = server
     with leaseq.connect(url, table_prefix=prefix) as q:
-        q.migrate()
+        q.migrate()  # (a no-op on Redis)
         first = q.enqueue("ids", {"n": 1}).id
     assert first < 1 << SHIFT
     identity, epoch = stored(backend, prefix) or ("", -1)
@@ -84,10 +133,10 @@ def test_a_new_database_records_its_server_and_renumbers_nothing(sql: Any) -> No
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_a_changed_server_moves_ids_past_the_next_epoch_once(sql: Any, use_async: bool) -> None:
-    backend, url, prefix = sql
+def test_a_changed_server_moves_ids_past_the_next_epoch_once(server: Any, use_async: bool) -> None:
+    backend, url, prefix = server
     with leaseq.connect(url, table_prefix=prefix) as q:
-        q.migrate()
+        q.migrate()  # (a no-op on Redis)
         before = [q.enqueue("ids", {"n": n}).id for n in range(3)]
     identity, _ = stored(backend, prefix) or ("", 0)
     stored(backend, prefix, stale(backend, identity))  # as a promoted server presents it
@@ -111,10 +160,10 @@ def test_a_changed_server_moves_ids_past_the_next_epoch_once(sql: Any, use_async
         assert q.enqueue("ids", {}).id == after[1] + 1  # a later client: no bump
 
 
-def test_processes_connecting_at_once_bump_the_epoch_once(sql: Any) -> None:
-    backend, url, prefix = sql
+def test_processes_connecting_at_once_bump_the_epoch_once(server: Any) -> None:
+    backend, url, prefix = server
     with leaseq.connect(url, table_prefix=prefix) as q:
-        q.migrate()
+        q.migrate()  # (a no-op on Redis)
         q.enqueue("ids", {})
     identity, _ = stored(backend, prefix) or ("", 0)
     stored(backend, prefix, stale(backend, identity))
