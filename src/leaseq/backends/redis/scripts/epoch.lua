@@ -1,12 +1,15 @@
--- Job ids that never repeat (design §59). Run by every new connection before its first
--- command (epoch.py), never per job.
--- KEYS: {P}:epoch (HASH: identity, epoch), {P}:ids. ARGV: shift (40), the last epoch.
--- The server's identity is its master_replid, which a promoted replica draws afresh (so
--- does a restarted server: its INCRs of the last second may be lost with an everysec
--- AOF, and a bump is right there too). On a change the epoch goes up by one and {P}:ids
--- moves up to epoch << 40 (never down), in this one script: atomic, no lock needed. On a
--- cluster the keys' slot sends the script to the master that holds the counter; other
--- nodes answer MOVED, which the caller ignores. A replica answers {'replica', -1}.
+-- epoch: job ids that never repeat (design §59). Run once by every new connection before
+-- its first command (epoch.py, redis-py's connect hook), never per job. The server's
+-- identity is its master_replid, which a promoted replica draws afresh (so may a restarted
+-- server, whose INCRs of the last second an everysec AOF can lose: a bump is right there
+-- too). On a change the epoch goes up by one and {P}:ids moves up to epoch << 40, never
+-- down, in this one script: atomic, no lock. On a cluster the keys' slot sends it to the
+-- master that holds the counter; other nodes answer MOVED, which the caller ignores.
+--
+-- KEYS[1] {P}:epoch (HASH: identity, epoch)   KEYS[2] {P}:ids
+-- ARGV[1] the shift (40)   ARGV[2] the last epoch whose ids stay below 2^53 (8191)
+-- Returns: {identity, epoch} in force; {"replica", -1} on a replica, which takes no writes
+
 if redis.replicate_commands then
     redis.replicate_commands()  -- Redis < 5: INFO may not precede writes otherwise
 end
