@@ -150,6 +150,8 @@ class Checked:
 
     def touch(self, conn: Any) -> None:
         """``conn`` was used: its idle time starts again, if its comparison holds."""
+        if self.idle is None:
+            return
         entry = self._at.get(conn)
         if entry is not None and entry[0] == self._generation:
             self._at[conn] = (entry[0], time.monotonic())

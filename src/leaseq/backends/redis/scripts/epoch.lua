@@ -8,12 +8,16 @@
 --
 -- KEYS[1] {P}:epoch (HASH: identity, epoch)   KEYS[2] {P}:ids
 -- ARGV[1] the shift (40)   ARGV[2] the last epoch whose ids stay below 2^53 (8191)
--- Returns: {identity, epoch} in force; {"replica", -1} on a replica, which takes no writes
+-- Returns: {identity, epoch} in force; {"replica", -1} on a replica, which takes no writes;
+-- {"", -2} where INFO is refused (ids are then not guarded; docs/redis.md says so)
 
 if redis.replicate_commands then
     redis.replicate_commands()  -- Redis < 5: INFO may not precede writes otherwise
 end
-local info = redis.call('INFO', 'replication')
+local info = redis.pcall('INFO', 'replication')
+if type(info) ~= 'string' then
+    return {'', -2}  -- INFO refused (an ACL, a managed service): nothing to compare with
+end
 if string.match(info, 'role:(%a+)') ~= 'master' then
     return {'replica', -1}
 end
