@@ -115,7 +115,7 @@ def reachable(backend: str) -> str | None:
 
 # The tables ``migrate`` creates under a prefix (SQL backends).
 TABLES = ("history", "jobs", "migrations", "queues", "flows", "flow_parts", "server",
-          "queue_names")
+          "queue_names", "epoch")
 
 
 def empty_tables(backend: str, prefix: str) -> None:

@@ -76,7 +76,7 @@ def redis_keys(prefix: str) -> list[str]:
 def assert_only_schema_keys(prefix: str, queues: set[str]) -> None:
     """Every key under the prefix is one the schema names (scripts/_common.lua)."""
     schema = re.compile(
-        rf"\{{{prefix}\}}:(ids|index|queues|configured)"
+        rf"\{{{prefix}\}}:(ids|epoch|index|queues|configured)"
         rf"|\{{{prefix}:(?P<queue>[A-Za-z0-9_.-]+)\}}:({KEY_PATTERN_PARTS})"
     )
     for key in redis_keys(prefix):

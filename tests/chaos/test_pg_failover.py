@@ -7,8 +7,10 @@ and workers must find the new primary by themselves.
 With synchronous replication nothing that returned is lost: every enqueue that returned
 runs to completion, exactly once per the chaos checker (harness.py). With asynchronous
 replication the commits the standby had not received are gone; the test measures them
-(returned enqueues missing, acks lost and so jobs re-run, claims lost and so a lease token
-reused) and asserts only what must hold even then.
+(the lost tail: returned enqueues missing, acks lost and so jobs re-run, claims lost and so
+a lease token reused) and asserts only what must hold even then, which includes that no
+job id is handed out twice (design §59): every id returned after the promotion is above
+every id returned before the primary died, and none names two jobs.
 
 Short by default; LEASEQ_CHAOS_SECONDS (time after the failover) and LEASEQ_CHAOS_JOBS
 (the backlog; the primary dies once a quarter of it has started) make it longer;
@@ -145,6 +147,7 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
     threads = [threading.Thread(target=p, name=f"producer-{i}") for i, p in enumerate(producers)]
     try:
         chaos.enqueue(JOBS, work=0.02, fail=0.0)
+        backlog_ids = list(chaos.ids)
         workers = [chaos.spawn() for _ in range(3)]
         for thread in threads:
             thread.start()
@@ -176,8 +179,11 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
         chaos.settle()
         report = chaos.check()
         replaced = reissued(chaos, producers, report)
+        twice, crossed = reused(backlog_ids, producers, pair.failed_over_at, pair.promoted_at)
         figures = measure(chaos, producers, pair, report)
-        figures += f", returned ids now naming another job {len(replaced)}"
+        figures += (f", returned ids now naming another job {len(replaced)}, ids handed "
+                    f"out twice {len(twice)}, ids after the failover not above those "
+                    f"before {len(crossed)}")
         line = (f"PG failover ({pair.mode}): {report.line()}; backlog at the failover "
                 f"{backlog}; {figures}")
         print(line)
@@ -185,13 +191,15 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
             with open(REPORT, "a") as out:
                 out.write(line + "\n")
         assert report.still_live == 0, line  # nothing left waiting on the new primary
+        # Job ids never repeat (design §59), asynchronous replication included: the
+        # promoted server's new timeline moved the ids past the next epoch.
+        assert not twice and not crossed and not replaced, line
         if pair.mode == "sync":
             assert report.ok(), (f"{line}\nlost={report.lost[:20]} "
                                  f"unexplained={report.unexplained[:20]} "
                                  f"stale={report.stale_accepted[:20]}")
             assert report.completed + report.dead == report.accepted, line
             assert report.dead == 0, line
-            assert not replaced, line  # every returned id is still the job it was
         else:
             # Asynchronous: a lost commit can lose a returned enqueue, an ack (the job runs
             # again) or a claim (its lease token is handed out again), and the checker's
@@ -216,9 +224,9 @@ def measure(chaos: Chaos, producers: list[Producer], pair: Pair, report: Report)
     reused = sum(1 for runs in starts.values()
                  if len({r["token"] for r in runs}) < len(runs))
     began = [r["at"] for runs in starts.values() for r in runs]
-    return (f"lag {LAG:g} s, returned enqueues {len(returned)} (+{JOBS} backlog), missing on "
-            f"the new "
-            f"primary {len(missing)} (returned after the primary died: {late}), jobs run "
+    return (f"lag {LAG:g} s, returned enqueues {len(returned)} (+{JOBS} backlog), lost tail "
+            f"(returned, missing on the new "
+            f"primary) {len(missing)} (returned after the primary died: {late}), jobs run "
             f"more than once {rerun}, lease tokens reused {reused}, enqueue failures "
             f"{sum(p.failures for p in producers)}, longest pause of enqueues "
             f"{pause([at for _, at, _ in returned], pair):.2f} s and of job starts "
@@ -332,3 +340,20 @@ def reissued(chaos: Chaos, producers: list[Producer], report: Report) -> list[in
     lost = set(report.lost)
     return [job_id for p in producers for job_id, _, tag in p.returned
             if job_id not in lost and tags.get(job_id) != tag]
+
+
+def reused(backlog: list[int], producers: list[Producer], failed_at: float,
+           promoted_at: float) -> tuple[list[int], list[int]]:
+    """Ids returned for two different jobs (by their tags), and ids returned after the
+    promotion that are not above every id returned before the primary died (the backlog
+    included): both empty when ids never repeat."""
+    tags: dict[int, str] = {}
+    twice = []
+    for p in producers:
+        for job_id, _, tag in p.returned:
+            if tags.setdefault(job_id, tag) != tag:
+                twice.append(job_id)
+    returned = [item for p in producers for item in p.returned]
+    before = max([*backlog, *(i for i, at, _ in returned if at < failed_at)], default=0)
+    crossed = [i for i, at, _ in returned if at > promoted_at and i <= before]
+    return twice, crossed

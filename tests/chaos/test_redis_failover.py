@@ -11,8 +11,12 @@ Sentinel promotes a replica. Producers and workers follow it through the
 - with ``wait_replicas=1``: every enqueue that returned ran and is completed, and the
   jobs that ran more than once are no more than the slots in flight at the kill
   (workers x concurrency, each slot's running job and its ack);
-- without it: what was lost is measured (enqueues that returned but whose job is gone or
-  was replaced by a later one reusing its id) and printed, not asserted.
+- without it: the replicas are cut off ``LEASEQ_FAILOVER_CUT`` seconds (1) before the
+  kill, and what was lost is measured (the lost tail: enqueues that returned but whose
+  job is gone) and printed, not asserted;
+- either way no job id is handed out twice (design §59): the promoted replica's new
+  ``master_replid`` moves ``{P}:ids`` past the next epoch, so every id returned after the
+  promotion is above every id returned before the kill, and each names one job.
 
 Short by default (about 10 s per variant); LEASEQ_FAILOVER_BEFORE / _AFTER (seconds of
 producing before and after the kill), LEASEQ_FAILOVER_PACE (seconds between one
@@ -53,6 +57,9 @@ RUNS = int(os.environ.get("LEASEQ_FAILOVER_RUNS", "1"))
 # Seconds between one producer's enqueues: ~250 jobs/s in all by default, within the drain.
 PACE = float(os.environ.get("LEASEQ_FAILOVER_PACE", "0.01"))
 REPORT = os.environ.get("LEASEQ_CHAOS_REPORT")
+# Without wait_replicas: seconds the replicas receive nothing before the primary dies (its
+# replication links are cut), so the promoted one lacks the writes of that tail.
+CUT = float(os.environ.get("LEASEQ_FAILOVER_CUT", "1"))
 
 # -- the app the worker processes run ----------------------------------------------------
 
@@ -138,9 +145,14 @@ def replicas_linked(port: int, wanted: int) -> bool:
 @dataclass
 class Run:
     waited: bool
-    returned: list[tuple[int, str]] = field(default_factory=list)
+    returned: list[tuple[int, str, float]] = field(default_factory=list)  # id, tag, when
     errors: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)
+    reissued: list[str] = field(default_factory=list)  # tags whose id names another job
+    twice: list[int] = field(default_factory=list)  # ids returned for two tags
+    crossed: list[int] = field(default_factory=list)  # returned after, not above before
+    killed_at: float = 0.0  # time.monotonic()
+    promoted_at: float = 0.0
     not_completed: list[str] = field(default_factory=list)
     rerun_jobs: int = 0
     extra_runs: int = 0
@@ -157,7 +169,10 @@ class Run:
     def line(self) -> str:
         mode = "wait_replicas=1" if self.waited else "no wait"
         return (f"redis failover ({mode}): enqueues returned {len(self.returned)}, lost "
-                f"{len(self.lost)}, returned but not completed {len(self.not_completed)} "
+                f"tail {len(self.lost)}, ids naming another job {len(self.reissued)}, ids "
+                f"handed out twice {len(self.twice)}, ids after the failover not above "
+                f"those before {len(self.crossed)}, "
+                f"returned but not completed {len(self.not_completed)} "
                 f"{self.states()}, "
                 f"jobs re-run {self.rerun_jobs} ({self.extra_runs} extra runs; slots "
                 f"{WORKERS * CONCURRENCY}), failovers {self.failovers} (first took "
@@ -182,7 +197,7 @@ def produce(url: str, prefix: str, producer: int, stop: threading.Event, run: Ru
                 time.sleep(0.05)
                 continue
             with lock:
-                run.returned.append((result.id, tag))
+                run.returned.append((result.id, tag, time.monotonic()))
             time.sleep(PACE)
     finally:
         q.close()
@@ -225,6 +240,9 @@ def failover_run(folder: Path, waited: bool) -> Run:
             time.sleep(BEFORE)
             with redis.Redis(port=BASE) as primary:
                 pid = int(primary.info("server")["process_id"])
+                if not waited and CUT > 0:
+                    cut_replicas(primary)
+                    time.sleep(CUT)
             os.kill(pid, signal.SIGKILL)
             killed = time.monotonic()
             deadline = killed + 60
@@ -235,6 +253,7 @@ def failover_run(folder: Path, waited: bool) -> Run:
                 assert time.monotonic() < deadline, "the Sentinel promoted no replica"
                 time.sleep(0.1)
             run.failover_s = time.monotonic() - killed
+            run.killed_at, run.promoted_at = killed, time.monotonic()
             time.sleep(max(0.0, AFTER - run.failover_s))
             stop.set()
             for thread in producers:
@@ -249,6 +268,15 @@ def failover_run(folder: Path, waited: bool) -> Run:
                     proc.wait(10)
         check(run, prefix, log)
     return run
+
+
+def cut_replicas(primary: redis.Redis) -> None:
+    """The primary drops its replicas' links and refuses their resyncs (ACL changes are
+    not replicated, so only this server refuses): from now on its writes reach no
+    replica, as if the network between them had failed. The Sentinel and leaseq use
+    none of these commands."""
+    primary.execute_command("ACL", "SETUSER", "default", "-psync", "-sync", "-replconf")
+    primary.client_kill_filter(_type="replica")
 
 
 def primary_url() -> str:
@@ -291,16 +319,22 @@ def check(run: Run, prefix: str, log: Path) -> None:
         tag = json.loads(line)["tag"]
         starts[tag] = starts.get(tag, 0) + 1
     with leaseq.Queue(primary_url(), leaseq.Settings(table_prefix=prefix)) as q:
-        for job_id, tag in run.returned:
+        for job_id, tag, _ in run.returned:
             try:
                 info = q.get(job_id)
             except leaseq.JobNotFound:
-                run.lost.append(tag)
+                run.lost.append(tag)  # the lost tail: gone with the unreplicated writes
                 continue
             if (info.payload or {}).get("tag") != tag:
-                run.lost.append(tag)  # its id was handed out again after the failover
+                run.reissued.append(tag)  # its id was handed out again after the failover
             elif info.state != "completed":
                 run.not_completed.append(f"{tag}:{info.state}")
+    tags: dict[int, str] = {}
+    for job_id, tag, _ in run.returned:
+        if tags.setdefault(job_id, tag) != tag:
+            run.twice.append(job_id)
+    before = max((i for i, _, at in run.returned if at < run.killed_at), default=0)
+    run.crossed = [i for i, _, at in run.returned if at > run.promoted_at and i <= before]
     reruns = [n for n in starts.values() if n > 1]
     run.rerun_jobs, run.extra_runs = len(reruns), sum(n - 1 for n in reruns)
 
@@ -320,6 +354,10 @@ def test_a_sentinel_failover_mid_drain(tmp_path: Path, waited: bool) -> None:
         run = failover_run(tmp_path / f"run-{n}", waited)
         line = publish(run)
         assert len(run.returned) > 100, line  # the producers did run on both sides
+        # Job ids never repeat, whatever the failover lost (design §59): the promoted
+        # replica's new replication id moved them past the next epoch.
+        assert run.twice == [] and run.reissued == [] and run.crossed == [], line
+        assert all(i >= 1 << 40 for i, _, at in run.returned if at > run.promoted_at), line
         if waited:
             # Every enqueue that returned survived the failover and ran to completion...
             assert run.lost == [] and run.not_completed == [], line

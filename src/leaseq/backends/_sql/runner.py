@@ -133,6 +133,7 @@ class PooledSyncRunner(SyncRunner, Generic[C]):
         conn = self.pool.get()
         broken = False
         try:
+            self.before(conn, write)
             self.begin(conn, write)
             result = drive(plan, lambda stmt: self.execute(conn, stmt))
             self.commit(conn)
@@ -142,6 +143,10 @@ class PooledSyncRunner(SyncRunner, Generic[C]):
             raise
         finally:
             self.pool.put(conn, broken=broken)
+
+    def before(self, conn: C, write: bool) -> None:
+        """Runs on each checked-out connection before the plan (MySQL: compares the
+        server with the stored epoch before a connection's first write, design §59)."""
 
     def rollback(self, conn: C) -> bool:
         """Rolls back; False when the connection is unusable."""

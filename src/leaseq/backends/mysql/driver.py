@@ -10,6 +10,7 @@ a random tag) and reads the ids back by tag.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -22,6 +23,7 @@ from pymysql.constants import CLIENT
 from leaseq._core import redact
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
+from leaseq.backends._sql import epoch
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
@@ -42,6 +44,7 @@ T = TypeVar("T")
 PACKAGE = "leaseq.backends.mysql"
 DEADLOCK, LOCK_WAIT_TIMEOUT = 1213, 1205
 DUPLICATE_KEY = 1062
+NO_SUCH_TABLE = 1146
 DISCONNECTS = {2003, 2006, 2013, 2055, 0}
 IDLE_CLOSED = 4031
 """MySQL 8.0.24+ (ER_CLIENT_INTERACTION_TIMEOUT): the server closed a session idle past
@@ -410,9 +413,55 @@ class MysqlRunner(PooledSyncRunner[Any]):
         self.args = connect_args(url, settings)
         self.tcp = tcp_options(url)
         self.idle = idle_setup(url)
+        self.checked = epoch.Checked()
         super().__init__(Pool(self.connect, lambda c: c.close(), settings.pool_size,
                               settings.connect_timeout))
         self.pool.put(self.pool.get())  # connect now: a bad URL fails here, with its reason
+
+    def before(self, conn: Any, write: bool) -> None:
+        if write and self.checked.due(conn):
+            self.verify(conn)
+
+    def verify(self, conn: Any) -> None:
+        """Compares ``@@server_id`` with the stored epoch and moves the ids on a change
+        (§59): one statement, once per connection. A failure releases the named lock
+        (a dead connection has lost it anyway)."""
+        def run(stmt: Stmt) -> Result:
+            return self.execute(conn, stmt)
+
+        try:
+            seen = drive(epoch.seen(), run)  # in the plan's transaction, which follows
+            if not seen.settled:
+                drive(epoch.move(self.d.prefix, epoch.MYSQL), run)
+                conn.commit()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+                run(Stmt("epoch_unlock", {"key": epoch.LOCK_KEY + self.d.prefix}))
+            if code(exc) != NO_SUCH_TABLE:  # a schema from before migration 0011
+                raise
+            seen = epoch.Seen("", "", 0)
+        if seen.server is not None:
+            self.checked.used(conn)
+
+    def verify_caller(self, conn: Any) -> None:
+        """``verify`` for a caller's connection: the read joins the caller's transaction;
+        a move runs on a pooled connection, never inside it."""
+        try:
+            seen = drive(epoch.seen(), lambda stmt: self.execute(conn, stmt))
+        except Exception as exc:
+            if code(exc) != NO_SUCH_TABLE:
+                raise
+            seen = epoch.Seen(None, None, None)
+        if not seen.settled:
+            own = self.pool.get()
+            broken = True
+            try:
+                self.verify(own)
+                broken = False
+            finally:
+                self.pool.put(own, broken=broken)
+        self.checked.used(conn)
 
     def connect(self, migrating: bool = False) -> Any:
         try:
@@ -452,6 +501,8 @@ class MysqlRunner(PooledSyncRunner[Any]):
 
     def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         check_caller(conn)
+        if self.checked.due(conn):
+            self.verify_caller(conn)
         own = bool(conn.get_autocommit())
         with conn.cursor() as cur:
             cur.execute("BEGIN" if own else "SAVEPOINT leaseq")
@@ -477,6 +528,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
 
     def recover(self) -> None:
         self.pool.discard_idle()  # after a restart the idle connections are dead too
+        self.checked.reset()  # a proxy in front may keep the others, to a new server
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)
@@ -502,6 +554,7 @@ class MysqlRunner(PooledSyncRunner[Any]):
                     install_routine(cur, self.d)
                 finally:
                     cur.execute(q["migrate_unlock"], key)
+            self.checked.reset()  # the epoch table may be new: compare again
         except LeaseqError:
             raise
         except Exception as exc:
@@ -532,6 +585,45 @@ class AsyncMysqlRunner(AsyncRunner):
         self.args = connect_args(url, settings)
         self.tcp = tcp_options(url)
         self.idle = idle_setup(url)
+        self.checked = epoch.Checked()
+
+    async def verify(self, conn: Any) -> None:
+        """See ``MysqlRunner.verify``."""
+        def run(stmt: Stmt) -> Awaitable[Result]:
+            return self.execute(conn, stmt)
+
+        try:
+            seen = await self.adrive(epoch.seen(), run)
+            if not seen.settled:
+                await self.adrive(epoch.move(self.d.prefix, epoch.MYSQL), run)
+                await conn.commit()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await conn.rollback()
+                await run(Stmt("epoch_unlock", {"key": epoch.LOCK_KEY + self.d.prefix}))
+            if code(exc) != NO_SUCH_TABLE:
+                raise
+            seen = epoch.Seen("", "", 0)
+        if seen.server is not None:
+            self.checked.used(conn)
+
+    async def verify_caller(self, conn: Any) -> None:
+        """See ``MysqlRunner.verify_caller``."""
+        try:
+            seen = await self.adrive(epoch.seen(), lambda stmt: self.execute(conn, stmt))
+        except Exception as exc:
+            if code(exc) != NO_SUCH_TABLE:
+                raise
+            seen = epoch.Seen(None, None, None)
+        if not seen.settled:
+            pool = await self.pool()
+            own = await bounded(pool.acquire(), self.settings.connect_timeout)
+            try:
+                await self._setup(own)
+                await self.verify(own)
+            finally:
+                pool.release(own)
+        self.checked.used(conn)
 
     async def open_pool(self) -> Any:
         import aiomysql
@@ -596,6 +688,8 @@ class AsyncMysqlRunner(AsyncRunner):
         broken = False
         try:
             await self._setup(conn)
+            if write and self.checked.due(conn):
+                await self.verify(conn)
             # No BEGIN: autocommit is off, the first statement opens the transaction
             # (see MysqlRunner.begin).
             result = await self.adrive(plan, lambda stmt: self.execute(conn, stmt))
@@ -618,6 +712,8 @@ class AsyncMysqlRunner(AsyncRunner):
 
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         check_caller(conn)
+        if self.checked.due(conn):
+            await self.verify_caller(conn)
         own = bool(conn.get_autocommit())
         async with conn.cursor() as cur:
             await cur.execute("BEGIN" if own else "SAVEPOINT leaseq")
@@ -641,6 +737,7 @@ class AsyncMysqlRunner(AsyncRunner):
     async def recover(self) -> None:
         if self._pool is not None:
             await self._pool.clear()  # closes the idle connections
+        self.checked.reset()
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where)
@@ -652,6 +749,7 @@ class AsyncMysqlRunner(AsyncRunner):
             return await asyncio.to_thread(runner.migrate)
         finally:
             runner.close()
+            self.checked.reset()  # the epoch table may be new: check it again
 
     async def close(self) -> None:
         if self._pool is not None:

@@ -668,3 +668,40 @@ INSERT IGNORE INTO {prefix}queue_names (name) VALUES (:queue);
 
 -- name: set_max_queues
 UPDATE {prefix}server SET max_queues = :max_queues, updated_at = UTC_TIMESTAMP(6) WHERE id = 1;
+
+-- name: epoch_seen
+-- Job ids (design §59): the server's identity, its @@server_id (NULL on a read-only
+-- replica, which takes no writes to guard), beside the stored one.
+SELECT IF(@@read_only, NULL, CAST(@@server_id AS CHAR)), e.identity, e.epoch
+FROM (SELECT 1 AS one) AS one LEFT JOIN {prefix}epoch AS e ON e.id = 1;
+
+-- name: epoch_lock
+-- A named lock, not a row lock: the ALTER TABLE below commits implicitly.
+SELECT GET_LOCK(:key, 10);
+
+-- name: epoch_unlock
+SELECT RELEASE_LOCK(:key);
+
+-- name: epoch_record
+INSERT INTO {prefix}epoch (id, identity, epoch) VALUES (1, :identity, :epoch)
+ON DUPLICATE KEY UPDATE identity = VALUES(identity), epoch = VALUES(epoch),
+                        updated_at = CURRENT_TIMESTAMP(6);
+
+-- name: epoch_advance
+-- The jobs' AUTO_INCREMENT up to :base, never down (MariaDB and MySQL 8 would lower it to
+-- max(id) + 1, below ids the history holds): ALTER TABLE takes no bound value, so the
+-- statement is prepared on the server from the bound number (epoch_advance_run).
+SET @leaseq_epoch_alter = (
+    SELECT CONCAT('ALTER TABLE `{prefix}jobs` AUTO_INCREMENT = ',
+                  GREATEST(:base, COALESCE(MAX(AUTO_INCREMENT), 0)))
+    FROM information_schema.TABLES
+    WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{prefix}jobs');
+
+-- name: epoch_advance_prepare
+PREPARE leaseq_epoch_alter FROM @leaseq_epoch_alter;
+
+-- name: epoch_advance_run
+EXECUTE leaseq_epoch_alter;
+
+-- name: epoch_advance_done
+DEALLOCATE PREPARE leaseq_epoch_alter;

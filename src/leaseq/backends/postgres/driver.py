@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from leaseq._core import redact
 from leaseq._core.settings import Settings
 from leaseq.backends import _sockets
+from leaseq.backends._sql import epoch
 from leaseq.backends._sql.backend import SqlBackend
 from leaseq.backends._sql.ops import Dialect, SqlOps, touch_refusal
 from leaseq.backends._sql.plan import Plan, Result, Stmt, drive, load_migrations
@@ -361,6 +362,13 @@ def install_routine(conn: psycopg.Connection[Any], d: PostgresDialect) -> None:
     conn.execute(f"COMMENT ON FUNCTION {signature} IS '{mark}'")  # hex, nothing to quote
 
 
+def checked(url: PostgresUrl) -> epoch.Checked:
+    """Which connections compared their server's timeline with the stored epoch (§59);
+    behind a transaction pooler also again after a second unused, since the client's
+    connection outlives the server behind it."""
+    return epoch.Checked(idle=epoch.POOLED_IDLE if url.pgbouncer else None)
+
+
 class PostgresRunner(SyncRunner):
     def __init__(self, url: PostgresUrl, dialect: PostgresDialect, settings: Settings) -> None:
         self.target, self.d, self.url = url, dialect, with_tcp_defaults(url.dsn)
@@ -383,10 +391,46 @@ class PostgresRunner(SyncRunner):
                                    configure=None if setup is None else
                                    lambda conn: conn.execute(setup).close())
         self._in_caller = execute_unprepared if url.pgbouncer else execute
+        self.checked = checked(url)
+
+    def verify(self, conn: psycopg.Connection[Any]) -> None:
+        """Compares the server's timeline with the stored epoch, and moves the ids on a
+        change (§59): one statement, once per connection."""
+        def run(stmt: Stmt) -> Result:
+            return execute(conn, self.d.q, stmt)
+
+        try:
+            seen = drive(epoch.seen(), run)
+        except pg_errors.UndefinedTable:  # a schema from before migration 0011
+            self.checked.used(conn)
+            return
+        if not seen.settled:
+            with conn.transaction():
+                drive(epoch.move(self.d.prefix, epoch.POSTGRES), run)
+        if seen.server is not None:
+            self.checked.used(conn)
+
+    def verify_caller(self, conn: psycopg.Connection[Any]) -> None:
+        """``verify`` for a caller's connection: the read joins the caller's transaction
+        (in a savepoint of its own, as a missing table would abort it); a move runs on a
+        pooled connection of the same URL, never inside the caller's transaction."""
+        run = self._in_caller
+        try:
+            with conn.transaction():
+                seen = drive(epoch.seen(), lambda stmt: run(conn, self.d.q, stmt))
+        except pg_errors.UndefinedTable:
+            self.checked.used(conn)
+            return
+        if not seen.settled:
+            with self.pool.connection() as own:
+                self.verify(own)
+        self.checked.used(conn)
 
     def run_once(self, plan: Plan[T], write: bool, single: bool = False) -> T:
         with self.pool.connection() as conn:
             try:
+                if write and self.checked.due(conn):
+                    self.verify(conn)
                 if single:
                     return drive(plan, lambda stmt: execute(conn, self.d.q, stmt))
                 with conn.transaction():
@@ -395,11 +439,17 @@ class PostgresRunner(SyncRunner):
                 # Its server is a standby now (failover, demotion): closed, the pool
                 # drops it and the retry connects afresh, to the new primary.
                 conn.close()
+                self.checked.reset()
                 raise
+            finally:
+                self.checked.touch(conn)
 
     def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         run = self._in_caller
-        if caller_mode(conn, psycopg.Connection):
+        own = caller_mode(conn, psycopg.Connection)  # refuses a connection of another kind
+        if self.checked.due(conn):
+            self.verify_caller(conn)
+        if own:
             with conn.transaction():  # a savepoint inside the caller's transaction
                 return drive(plan, lambda stmt: run(conn, self.d.q, stmt))
         return drive(plan, lambda stmt: run(conn, self.d.q, stmt))
@@ -415,6 +465,7 @@ class PostgresRunner(SyncRunner):
 
     def recover(self) -> None:
         self.pool.check()  # drops the idle connections the server closed
+        self.checked.reset()  # behind a pooler the others may lead to a new server
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where, self.d.prefix)
@@ -435,6 +486,7 @@ class PostgresRunner(SyncRunner):
                         conn.execute(q["record_version"], {"version": version, "name": name})
                         applied.append(f"{version:04d}_{name}")
                 install_routine(conn, self.d)
+            self.checked.reset()  # the epoch table may be new: compare again
         except LeaseqError:
             raise
         except Exception as exc:
@@ -452,6 +504,38 @@ class AsyncPostgresRunner(AsyncRunner):
         self.where = _where(url.dsn)
         self._options = connection_options(url)
         self._in_caller = aexecute_unprepared if url.pgbouncer else aexecute
+        self.checked = checked(url)
+
+    async def verify(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """See ``PostgresRunner.verify``."""
+        def run(stmt: Stmt) -> Awaitable[Result]:
+            return aexecute(conn, self.d.q, stmt)
+
+        try:
+            seen = await self.adrive(epoch.seen(), run)
+        except pg_errors.UndefinedTable:
+            self.checked.used(conn)
+            return
+        if not seen.settled:
+            async with conn.transaction():
+                await self.adrive(epoch.move(self.d.prefix, epoch.POSTGRES), run)
+        if seen.server is not None:
+            self.checked.used(conn)
+
+    async def verify_caller(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """See ``PostgresRunner.verify_caller``."""
+        run = self._in_caller
+        try:
+            async with conn.transaction():
+                seen = await self.adrive(epoch.seen(), lambda stmt: run(conn, self.d.q, stmt))
+        except pg_errors.UndefinedTable:
+            self.checked.used(conn)
+            return
+        if not seen.settled:
+            pool = await self.pool()
+            async with pool.connection() as own:
+                await self.verify(own)
+        self.checked.used(conn)
 
     async def open_pool(self) -> AsyncConnectionPool:
         setup = idle_setup(self.target)
@@ -485,17 +569,25 @@ class AsyncPostgresRunner(AsyncRunner):
         pool = await self.pool()
         async with pool.connection() as conn:
             try:
+                if write and self.checked.due(conn):
+                    await self.verify(conn)
                 if single:
                     return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
                 async with conn.transaction():
                     return await self.adrive(plan, lambda stmt: aexecute(conn, self.d.q, stmt))
             except pg_errors.ReadOnlySqlTransaction:
                 await conn.close()  # see PostgresRunner.run_once
+                self.checked.reset()
                 raise
+            finally:
+                self.checked.touch(conn)
 
     async def run_in_caller(self, conn: Any, plan: Plan[T]) -> T:
         run = self._in_caller
-        if caller_mode(conn, psycopg.AsyncConnection):
+        own = caller_mode(conn, psycopg.AsyncConnection)
+        if self.checked.due(conn):
+            await self.verify_caller(conn)
+        if own:
             async with conn.transaction():
                 return await self.adrive(plan, lambda stmt: run(conn, self.d.q, stmt))
         return await self.adrive(plan, lambda stmt: run(conn, self.d.q, stmt))
@@ -512,6 +604,7 @@ class AsyncPostgresRunner(AsyncRunner):
     async def recover(self) -> None:
         if self._pool is not None:
             await self._pool.check()
+        self.checked.reset()  # see PostgresRunner.recover
 
     def translate(self, exc: BaseException) -> LeaseqError:
         return translate(exc, self.where, self.d.prefix)
@@ -523,6 +616,7 @@ class AsyncPostgresRunner(AsyncRunner):
             return await asyncio.to_thread(runner.migrate)
         finally:
             runner.close()
+            self.checked.reset()  # the epoch table may be new: check it again
 
     async def close(self) -> None:
         if self._pool is not None:

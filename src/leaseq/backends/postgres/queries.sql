@@ -732,3 +732,28 @@ INSERT INTO {prefix}queue_names (name) VALUES (:queue) ON CONFLICT DO NOTHING;
 
 -- name: set_max_queues
 UPDATE {prefix}server SET max_queues = :max_queues, updated_at = now() WHERE id = 1;
+
+-- name: epoch_seen
+-- Job ids (design §59): the server's identity, its timeline (the first 8 hex digits of
+-- the current WAL file's name, which an ordinary user may read, behind a transaction
+-- pooler too; NULL on a standby, where the functions refuse), beside the stored one.
+SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+            ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END,
+       e.identity, e.epoch
+FROM (SELECT 1) AS one LEFT JOIN {prefix}epoch AS e ON e.id = 1;
+
+-- name: epoch_lock
+-- Bumpers of one prefix queue here until commit (transaction-scoped: behind a pooler too).
+SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtext(:key))) AS locked;
+
+-- name: epoch_record
+INSERT INTO {prefix}epoch (id, identity, epoch) VALUES (1, :identity, :epoch)
+ON CONFLICT (id) DO UPDATE SET identity = EXCLUDED.identity, epoch = EXCLUDED.epoch,
+                               updated_at = now();
+
+-- name: epoch_advance
+-- The jobs' identity sequence, up to :base unless it is there already (setval is not
+-- undone by a rollback; it only ever moves the sequence forward here).
+SELECT setval(pg_get_serial_sequence('{prefix}jobs', 'id'), :base, false)
+WHERE COALESCE(pg_sequence_last_value(pg_get_serial_sequence('{prefix}jobs', 'id')::regclass),
+               0) < :base;

@@ -46,6 +46,7 @@ from leaseq.backends import _sockets
 from leaseq.backends._plans import REPEATABLE, PlanBackend, outcome_unknown
 from leaseq.backends._retry import RECONNECTS, Tries
 from leaseq.backends._urls import refuse_unknown
+from leaseq.backends.redis import epoch
 from leaseq.backends.redis.durability import (
     OPTIONS,
     Durability,
@@ -53,6 +54,7 @@ from leaseq.backends.redis.durability import (
     check_version,
     split_options,
 )
+from leaseq.backends.redis.keys import Keys
 from leaseq.backends.redis.lua import SCRIPTS
 from leaseq.backends.redis.ops import Call, Plan, RedisOps
 from leaseq.backends.redis.sentinel import SCHEMES as SENTINEL_SCHEMES
@@ -200,17 +202,21 @@ class SyncRunner:
         self.durability = durability
         self.pool: redis.BlockingConnectionPool | None = None
         self.sentinels: Any = None
+        keys = Keys(settings.table_prefix)
+        options = {**pool_options(settings, tcp), "redis_connect_func": epoch.Hook(keys)}
         if sentinel is not None:
-            self.client, self.sentinels = sync_client(sentinel, pool_options(settings, tcp))
+            self.client, self.sentinels = sync_client(sentinel, options)
             self.pool = self.client.connection_pool
             return
         if seeds is not None:
+            # The sync cluster client runs the handshake itself, then the hook.
+            options["redis_connect_func"] = epoch.Hook(keys, handshake=False)
             self.client = redis.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.cluster.ClusterNode),
-                connection_pool_class=redis.BlockingConnectionPool, **pool_options(settings, tcp),
+                connection_pool_class=redis.BlockingConnectionPool, **options,
             )
             return
-        self.pool = redis.BlockingConnectionPool.from_url(url, **pool_options(settings, tcp))
+        self.pool = redis.BlockingConnectionPool.from_url(url, **options)
         self.client = redis.Redis(connection_pool=self.pool)
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> T:
@@ -328,24 +334,30 @@ class AsyncRunner:
         self.slots: asyncio.Semaphore | None = None
         self.wait = settings.connect_timeout
         self.sentinels: Any = None
+        options = {**pool_options(settings, tcp),
+                   "redis_connect_func": epoch.async_hook(Keys(settings.table_prefix))}
         if sentinel is not None:
-            self.client, self.sentinels = async_client(sentinel, pool_options(settings, tcp))
+            self.client, self.sentinels = async_client(sentinel, options)
             self.pool = self.client.connection_pool
             return
         if seeds is not None:
-            options = pool_options(settings, tcp)
             del options["timeout"]
+            hook = options.pop("redis_connect_func")
             self.client = redis.asyncio.cluster.RedisCluster.from_url(
                 seeds[0], startup_nodes=seed_nodes(seeds, redis.asyncio.cluster.ClusterNode),
                 **options,
             )
+            # The async cluster client takes no connection hook: it goes where its nodes'
+            # connections read their options (the client's, shared with the nodes it
+            # learns, and each seed's own copy).
+            self.client.connection_kwargs["redis_connect_func"] = hook
+            for node in self.client.nodes_manager.startup_nodes.values():
+                node.connection_kwargs["redis_connect_func"] = hook
             # The cluster client fails at once when a node's pool is used up; waiting up
             # to connect_timeout for a free slot here makes it block as the pool does.
             self.slots = asyncio.Semaphore(settings.pool_size)
             return
-        self.pool = redis.asyncio.BlockingConnectionPool.from_url(
-            url, **pool_options(settings, tcp)
-        )
+        self.pool = redis.asyncio.BlockingConnectionPool.from_url(url, **options)
         self.client = redis.asyncio.Redis(connection_pool=self.pool)
 
     def run(self, factory: PlanFactory[T], idempotent: bool = False) -> Awaitable[T]:

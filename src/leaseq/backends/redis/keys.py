@@ -37,6 +37,8 @@ class Keys:
             raise ConfigurationError(f"table_prefix {prefix!r} cannot name Redis keys")
         self.prefix = prefix
         self.ids = f"{{{prefix}}}:ids"
+        # The server that last handed out ids and the epoch (scripts/epoch.lua, §59).
+        self.epoch = f"{{{prefix}}}:epoch"
         self.index = f"{{{prefix}}}:index"
         self.queues = f"{{{prefix}}}:queues"
         self.configured = f"{{{prefix}}}:configured"

@@ -7,7 +7,10 @@
 -- quotes or glob characters. Everything else a caller gives (unique keys, kinds,
 -- payloads, errors, worker ids) is stored as hash fields and values, never in key names.
 --
---   {P}:ids                STRING  the last job id handed out (INCR); ids are never reused
+--   {P}:ids                STRING  the last job id handed out (INCR); ids are never reused,
+--                                  a failover included: see {P}:epoch
+--   {P}:epoch              HASH    identity (the master_replid that last handed out ids),
+--                                  epoch (bumps; ids move past epoch << 40; epoch.lua)
 --   {P}:index              HASH    job id -> queue name, for live and historical jobs
 --   {P}:queues             SET     every queue name that ever held a job, was paused or
 --                                  was configured
