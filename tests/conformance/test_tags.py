@@ -18,6 +18,7 @@ import pytest
 
 import leaseq
 from tests.conformance._util import live_total, make_dead, refusals, take
+from tests.helpers import wait_for
 
 
 def test_tags_round_trip_from_enqueue_to_history(q):
@@ -91,6 +92,22 @@ def test_tags_survive_retries_dead_kick_discard_and_cancel(q):
     cancelled = q.enqueue("c", tags=["c"]).id
     assert q.cancel(cancelled) == "cancelled"
     assert q.get(cancelled).tags == ("c",)
+
+
+def test_tags_survive_reclaim_and_dead_retention(q):
+    expired = q.enqueue("x", tags=["x"], max_attempts=1).id
+    take(q, "x", expect=expired, lease=0.05)
+    wait_for(lambda: q.reclaim() or None, message="the expired lease to be reclaimed")
+    assert (q.get(expired).state, q.get(expired).tags) == ("dead", ("x",))
+    q.configure_queue("x", dead_retention=0.05)
+
+    def discarded() -> bool:
+        q.reclaim()
+        return q.get(expired).state == "discarded"
+
+    wait_for(discarded, message="the dead job to be discarded past its retention")
+    assert q.get(expired).tags == ("x",)
+    assert [j.id for j in q.jobs("x", tag="x", state="discarded")] == [expired]
 
 
 def test_jobs_filters_by_tag_combined_with_the_other_filters(q):
