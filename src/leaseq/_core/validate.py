@@ -28,7 +28,7 @@ MAX_HEADER_KEY = 100
 MAX_HEADERS_BYTES = 8192
 MAX_TAGS = 16
 MAX_TAG = 64
-TAG = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+TAG = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_TAG}}}")
 """A tag: 1-64 characters of ``A-Z a-z 0-9 _ . : -``. No quote, backslash or space can
 appear, so a tag's JSON text is the tag in quotes: ``jobs(tag=)`` matches it by text."""
 MAX_ERROR_DETAIL = 65536
