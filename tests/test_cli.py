@@ -52,6 +52,13 @@ def test_operator_round_trip(run) -> None:  # type: ignore[no-untyped-def]
     keyed = json.loads(run("jobs", "--unique-key", "k", "--json").stdout)
     assert [j["unique_key"] for j in keyed] == ["k"]
     assert json.loads(run("jobs", "--kind", "nothing-of-this-kind", "--json").stdout) == []
+    tagged = json.loads(run("enqueue", "emails", "{}", "--tag", "billing", "--tag", "eu",
+                            "--json").stdout)["id"]
+    found = json.loads(run("jobs", "--tag", "eu", "--json").stdout)
+    assert [(j["id"], j["tags"]) for j in found] == [(tagged, ["billing", "eu"])]
+    assert json.loads(run("jobs", "--tag", "eu", "--queue", "reports", "--json").stdout) == []
+    assert "billing eu" in run("jobs", "--tag", "billing").stdout
+    assert run("jobs", "--tag", "not a tag").returncode != 0
     assert json.loads(run("get", str(job), "--json").stdout)["payload"] == {"to": "ada"}
     assert "payload" in run("get", str(job)).stdout
 

@@ -140,6 +140,7 @@ def test_migrate_upgrades_a_schema_from_before_queue_settings(
             old = q.get(1)
             assert (old.reserves, old.kicks, old.lease, old.failed_at) == (0, 0, None, None)
             assert old.updated_at == old.created_at
+            assert old.tags == ()  # migration 0012: rows from before have no tags
             q.configure_queue("old", max_touches=1, default_lease=40)
             [job] = q.dequeue("old", worker_id="w")
             assert (job.id, job.lease) == (1, 40)

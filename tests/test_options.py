@@ -75,9 +75,24 @@ def test_every_entry_takes_every_option_it_does_not_say_why_it_lacks(entry: str)
                          "declaration in _core/options.py names")
 
 
+def mysql_options() -> set[str]:
+    """What ``<prefix>enqueue_with`` takes on MySQL/MariaDB: queue and payload, then each
+    key its options object is read by (``'$.name'``)."""
+    text = (SRC / "backends" / "mysql" / "enqueue.sql").read_text()
+    body = text.split("CREATE PROCEDURE {prefix}enqueue_with(", 1)[1].split("\n//\n")[0]
+    return {"queue", "payload", *re.findall(r"'\$\.([a-z_]+)'", body)}
+
+
 def test_the_async_client_and_the_mysql_procedure_match_their_twins() -> None:
     assert parameters(leaseq.AsyncQueue.enqueue) == parameters(leaseq.Queue.enqueue)
-    assert sql_parameters("mysql") == sql_parameters("postgres")
+    assert mysql_options() == sql_parameters("postgres")
+
+
+def test_the_frozen_mysql_procedure_keeps_its_eight_arguments() -> None:
+    """``<prefix>enqueue`` on MySQL/MariaDB never changes (a new argument would break
+    every CALL): new options go to ``enqueue_with``'s options object only."""
+    assert sql_parameters("mysql") == {"queue", "payload", "kind", "priority", "delay",
+                                       "unique_key", "max_attempts"}
 
 
 STEP_REFUSALS = {"unique_key": "k", "unique_for": 60, "unique_scope": "global",

@@ -205,7 +205,7 @@ def test_ticks_enqueue_jobs_that_run(q: leaseq.Queue, url: str, prefix: str) -> 
     seen: list[tuple[str, str | None]] = []
 
     @app.periodic(every=0.5, kwargs={"label": "x"})
-    @app.task(queue="sched", name="tick")
+    @app.task(queue="sched", name="tick", tags=["cron"])
     def tick(label: str) -> None:
         ctx = leaseq.current_job()
         seen.append((label, ctx.job.unique_key if ctx else None))
@@ -218,6 +218,7 @@ def test_ticks_enqueue_jobs_that_run(q: leaseq.Queue, url: str, prefix: str) -> 
     ticks = sorted(tick_of(key) for key in keys)
     assert all(b - a == timedelta(seconds=0.5) for a, b in itertools.pairwise(ticks))
     assert all(job.payload == {"label": "x"} and job.queue == "sched" for job in jobs)
+    assert {job.tags for job in jobs} == {("cron",)}  # the task's tags, as any enqueue
     assert {label for label, _ in seen} == {"x"}
 
 

@@ -84,6 +84,31 @@ class SqlCaller:
             self.conn.commit()
         return int(job_id)
 
+    def enqueue_with(self, queue: Any, payload: Any, options: dict[str, Any],
+                     raw: str | None = None) -> int:
+        """The entry that takes every option (issue 31): PostgreSQL's function with named
+        arguments, MySQL's ``<prefix>enqueue_with`` with ``options`` as a JSON object
+        (``raw``: that object's text as sent)."""
+        text = None if payload is None else json.dumps(payload)
+        try:
+            if self.pg:
+                names = {"kind": "%s", "priority": "%s", "unique_key": "%s",
+                         "max_attempts": "%s", "delay": "make_interval(secs => %s)",
+                         "tags": "%s::text[]"}
+                given = "".join(f", {name} => {names[name]}" for name in options)
+                ((job_id,),) = self.execute(
+                    f"SELECT {{prefix}}enqueue(%s, %s::jsonb{given})",
+                    (queue, text, *options.values()))
+            else:
+                self.execute("CALL {prefix}enqueue_with(%s, %s, %s, @leaseq_id)",
+                             (queue, text, json.dumps(options) if raw is None else raw))
+                ((job_id,),) = self.execute("SELECT @leaseq_id")
+        except Exception:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
+        return int(job_id)
+
     def close(self) -> None:
         self.conn.close()
 
@@ -360,12 +385,17 @@ def test_migrate_installs_once_and_upgrades(q: leaseq.Queue, sql: SqlCaller, url
     # An existing database from before this routine (or with an older one) gets it.
     if backend == "mysql":
         sql.execute("DROP PROCEDURE {prefix}enqueue")
+        sql.execute("DROP PROCEDURE {prefix}enqueue_with")
     else:
         sql.execute("COMMENT ON FUNCTION {prefix}enqueue(text, jsonb, text, integer, "
-                    "interval, text, integer) IS 'leaseq enqueue older'")
-        # A later version's overload, as if a downgrade: migrate leaves one function.
+                    "interval, text, integer, text[]) IS 'leaseq enqueue older'")
+        # A later version's overload, as if a downgrade, and the 7-argument function of
+        # before tags: migrate leaves one function.
         sql.execute("CREATE FUNCTION {prefix}enqueue(a text, b jsonb, c text, d integer, "
                     "e interval, f text, g integer, h text) RETURNS bigint "
+                    "LANGUAGE sql AS 'SELECT 0::bigint'")
+        sql.execute("CREATE FUNCTION {prefix}enqueue(a text, b jsonb, c text, d integer, "
+                    "e interval, f text, g integer) RETURNS bigint "
                     "LANGUAGE sql AS 'SELECT 0::bigint'")
     sql.conn.commit()
     if backend == "mysql":
@@ -501,3 +531,86 @@ def test_concurrent_producers_keep_max_queues(q: leaseq.Queue, backend: str,
     assert len(made) == 5
     assert set(q.stats()) == made
     assert q.server_config() == leaseq.ServerConfig(max_queues=5, queues=5)
+
+
+# -- tags, the first option added through the one declaration (issue 31 item 2) -----------
+
+
+def test_tags_are_stored_as_the_client_stores_them(q: leaseq.Queue, sql: SqlCaller) -> None:
+    """Tags through PostgreSQL's ``tags => ARRAY[...]`` and MySQL's ``enqueue_with``:
+    order kept, duplicates dropped, the same stored text as the client's (so
+    ``jobs(tag=)`` finds both), with or without a unique key."""
+    tags = ["billing", "eu", "billing", "A:1.b-c_d"]
+    mine = q.enqueue("t", {"n": 1}, tags=tags).id
+    theirs = sql.enqueue_with("t", {"n": 1}, {"tags": tags})
+    keyed = sql.enqueue_with("t", 2, {"unique_key": "k", "tags": ["k"]})
+    assert sql.enqueue_with("t", 3, {"unique_key": "k", "tags": ["other"]}) == keyed
+    untagged = [sql.enqueue_with("t", 4, {"tags": []}), sql.enqueue_with("t", 5, {}),
+                sql.enqueue("t", 6)]
+    assert q.get(theirs).tags == q.get(mine).tags == ("billing", "eu", "A:1.b-c_d")
+    assert q.get(keyed).tags == ("k",)
+    assert [q.get(i).tags for i in untagged] == [(), (), ()]
+    stored = dict(sql.execute("SELECT id, tags FROM {prefix}jobs"))
+    assert stored[theirs] == stored[mine] == '["billing","eu","A:1.b-c_d"]'
+    assert [j.id for j in q.jobs("t", tag="eu")] == [mine, theirs]
+    [job] = [j for j in q.dequeue("t", limit=10) if j.id == theirs]
+    assert job.tags == ("billing", "eu", "A:1.b-c_d")
+
+
+def test_every_option_through_the_entry_that_takes_them_all(
+    q: leaseq.Queue, sql: SqlCaller
+) -> None:
+    """The cases the 7- and 8-argument calls pass (GOOD), through named arguments on
+    PostgreSQL and ``enqueue_with``'s options object on MySQL: the same jobs."""
+    for args in GOOD:
+        mine = q.enqueue(**args, tags=["x"])
+        options = {k: v for k, v in args.items() if k not in ("queue", "payload")}
+        if "unique_key" in options:
+            options["unique_key"] = options["unique_key"][:-1] + "2"
+        theirs = sql.enqueue_with(args["queue"], args.get("payload"),
+                                  {**options, "tags": ["x"]})
+        a, b = q.get(mine.id), q.get(theirs)
+        same_job(a, b)
+        assert a.tags == b.tags == ("x",)
+
+
+BAD_TAGS: list[list[Any]] = [
+    ["a b"], [""], ["t" * 65], ["caf\u00e9"], ['a"b'], [f"t{i}" for i in range(17)],
+    [None],
+]
+
+
+def test_bad_tags_are_refused_and_nothing_is_written(q: leaseq.Queue, sql: SqlCaller) -> None:
+    for tags in BAD_TAGS:
+        with pytest.raises(ValidationError):
+            q.enqueue("t", tags=tags)
+        with pytest.raises(Exception) as raised:
+            sql.enqueue_with("t", 1, {"tags": tags})
+        assert "tag" in str(raised.value), raised.value
+        assert getattr(raised.value, "sqlstate", "22023") == "22023"
+    assert q.stats() == {}
+
+
+def test_mysql_enqueue_with_refuses_options_it_cannot_read(
+    q: leaseq.Queue, sql: SqlCaller, backend: str
+) -> None:
+    """A key it does not know and a value of the wrong JSON type are refused, not
+    ignored: a typo must not drop an option silently."""
+    if backend != "mysql":
+        pytest.skip("enqueue_with is MySQL's; PostgreSQL types its named arguments")
+    cases = {
+        '{"tagz": ["a"]}': "unknown options", '{"tags": "billing"}': "tags",
+        '{"tags": [1]}': "tag", '{"priority": "5"}': "priority", '{"priority": 1.5}':
+        "priority", '{"kind": 5}': "kind", '{"delay": "5"}': "delay",
+        '{"max_attempts": true}': "max_attempts", '{"unique_key": []}': "unique_key",
+        '[1]': "JSON object", 'not json': "JSON object",
+    }
+    for raw, word in cases.items():
+        with pytest.raises(Exception) as raised:
+            sql.enqueue_with("t", 1, {}, raw=raw)
+        assert word in str(raised.value), (raw, raised.value)
+    sql.execute("CALL {prefix}enqueue_with('t', '1', NULL, @leaseq_id)")  # every default
+    ((job_id,),) = sql.execute("SELECT @leaseq_id")
+    sql.conn.commit()
+    assert (q.get(job_id).priority, q.get(job_id).tags) == (0, ())
+    assert q.stats()["t"].available == 1

@@ -93,13 +93,14 @@ class AsyncQueue(Shared):
         headers: Mapping[str, str] | None = None,
         conn: Any = None,
         unique_scope: UniqueScope = "queue",
+        tags: Sequence[str] | None = None,
     ) -> EnqueueResult:
         """See ``Queue.enqueue``."""
         await self._fresh_configs()
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
                             lease=lease, unique_for=unique_for, headers=headers,
-                            unique_scope=unique_scope)
+                            unique_scope=unique_scope, tags=tags)
         conn = await self._caller(conn)
         if _tracing.on:
             return (await self._enqueue_traced([job], conn))[0]
@@ -451,10 +452,11 @@ class AsyncQueue(Shared):
         after: int = 0,
         kind: str | None = None,
         unique_key: str | None = None,
+        tag: str | None = None,
     ) -> list[JobInfo]:
         """See ``Queue.jobs``."""
         return await self._backend.list_jobs(
-            *self._listing(queue, state, limit, after, kind, unique_key)
+            *self._listing(queue, state, limit, after, kind, unique_key, tag)
         )
 
     async def configure_queue(

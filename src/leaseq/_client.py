@@ -101,6 +101,7 @@ class Queue(Shared):
         headers: Mapping[str, str] | None = None,
         conn: Any = None,
         unique_scope: UniqueScope = "queue",
+        tags: Sequence[str] | None = None,
     ) -> EnqueueResult:
         """Add a job.
 
@@ -125,6 +126,10 @@ class Queue(Shared):
             unique_for: With ``unique_key``: for this many seconds after a job with the
                 same key finished (completed, cancelled or discarded), return that job's
                 id with ``created=False`` instead of enqueueing again.
+            tags: Labels to find the job by (``jobs(tag=...)``, ``leaseq jobs --tag``,
+                the dashboard): at most 16 tags of 1-64 characters of
+                ``A-Z a-z 0-9 _ . : -``, kept in order with duplicates dropped and handed
+                back as ``Job.tags`` and ``JobInfo.tags``, in history too.
             headers: A small map of strings stored with the job and handed back with it
                 (``Job.headers``, ``JobInfo.headers``): at most 64 entries, names of 1-100
                 characters, 8 KiB encoded. With ``leaseq.tracing`` on, the trace context
@@ -138,6 +143,8 @@ class Queue(Shared):
             The job's id and whether this call created it.
 
         Raises:
+            InvalidArgument: A bad argument (a tag that is not a string of the allowed
+                characters, a 17th tag, ...), named in the message; nothing was written.
             QueueFull: The queue holds its ``max_jobs`` live jobs; nothing was written.
             TooManyQueues: The queue would be one more than the server's ``max_queues``
                 (``configure_server``); nothing was written.
@@ -146,7 +153,7 @@ class Queue(Shared):
         job = self._new_job(queue, payload, kind=kind, priority=priority, delay=delay,
                             run_at=run_at, unique_key=unique_key, max_attempts=max_attempts,
                             lease=lease, unique_for=unique_for, headers=headers,
-                            unique_scope=unique_scope)
+                            unique_scope=unique_scope, tags=tags)
         conn = self._caller(conn)
         if _tracing.on:
             return self._enqueue_traced([job], conn)[0]
@@ -580,13 +587,18 @@ class Queue(Shared):
         after: int = 0,
         kind: str | None = None,
         unique_key: str | None = None,
+        tag: str | None = None,
     ) -> list[JobInfo]:
         """List jobs, live and historical, in id order: those with id > ``after``,
-        optionally of one queue, one state, one ``kind`` (task name) and one
-        ``unique_key`` (exact matches; filters combine). Page with
-        ``after=<last id seen>``."""
+        optionally of one queue, one state, one ``kind`` (task name), one
+        ``unique_key`` and one ``tag`` (a job carrying that tag among its ``tags``):
+        exact matches; filters combine. Page with ``after=<last id seen>``.
+
+        A filter other than queue and state is checked row by row along the id order
+        (``tag`` too, on every backend): a page costs the rows walked to fill it, so a
+        rare tag in a large table reads many rows (docs/queue-settings.md, "Tags")."""
         return self._backend.list_jobs(
-            *self._listing(queue, state, limit, after, kind, unique_key)
+            *self._listing(queue, state, limit, after, kind, unique_key, tag)
         )
 
     def configure_queue(

@@ -65,7 +65,7 @@ message, so it is seen within ~20 ms plus a claim, as is an enqueue on MySQL/Mar
 
 _ENQUEUE_KEYS = frozenset({
     "queue", "payload", "kind", "priority", "delay", "run_at", "unique_key", "max_attempts",
-    "lease", "unique_for", "headers", "unique_scope",
+    "lease", "unique_for", "headers", "unique_scope", "tags",
 })
 UniqueScope = Literal["queue", "global"]
 UNIQUE_SCOPES = ("queue", "global")
@@ -289,6 +289,7 @@ class Shared:
         headers: Mapping[str, str] | None = None,
         flow: bool = False,
         unique_scope: str = "queue",
+        tags: Sequence[str] | None = None,
     ) -> NewJob:
         if headers is not None and not flow and isinstance(headers, Mapping) \
                 and _flow.HEADER in headers:
@@ -329,6 +330,7 @@ class Shared:
             unique_for=None if unique_for is None else _duration("unique_for", unique_for, True),
             headers=None if headers is None else v.headers(headers),
             unique_global=unique_scope == "global",
+            tags=None if tags is None else v.tags(tags),
         )
 
     def _new_jobs(self, items: Iterable[Mapping[str, Any]]) -> list[NewJob]:
@@ -569,8 +571,8 @@ class Shared:
     @staticmethod
     def _listing(
         queue: str | None, state: object, limit: object, after: object,
-        kind: object = None, unique_key: object = None,
-    ) -> tuple[str | None, JobState | None, int, int, str | None, str | None]:
+        kind: object = None, unique_key: object = None, tag: object = None,
+    ) -> tuple[str | None, JobState | None, int, int, str | None, str | None, str | None]:
         if state is not None and state not in (*LIVE_STATES, *TERMINAL_STATES):
             raise InvalidArgument(
                 f"state must be one of {', '.join((*LIVE_STATES, *TERMINAL_STATES))}, "
@@ -584,6 +586,7 @@ class Shared:
             v.integer("after", after, 0, 2**63 - 1),
             v.optional_text("kind", kind, v.MAX_KIND),
             v.optional_text("unique_key", unique_key, v.MAX_UNIQUE_KEY),
+            None if tag is None else v.tag(tag),
         )
 
     @staticmethod

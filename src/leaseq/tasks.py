@@ -81,6 +81,7 @@ class TaskOptions:
     delay: float | timedelta = 0
     run_at: datetime | None = None
     headers: Mapping[str, str] | None = None
+    tags: Sequence[str] | None = None
 
 
 class Task(Generic[P, R]):
@@ -189,6 +190,7 @@ class Task(Generic[P, R]):
         unique_for: float | timedelta | None = None,
         conn: Any = None,
         unique_scope: UniqueScope | None = None,
+        tags: Sequence[str] | None = None,
     ) -> BoundTask[P, R]:
         """Per-call overrides: ``send_email.options(delay=300).enqueue(...)``. ``conn``
         enqueues inside your own database transaction; ``headers`` travel with the job
@@ -197,7 +199,8 @@ class Task(Generic[P, R]):
         job with the same key that finished less than this long ago also stands in for
         the new one (``Queue.enqueue``); it needs a ``unique_key``, here or on the task,
         else the enqueue raises ``InvalidArgument``. ``unique_scope="global"``: the key
-        is unique across every queue (``Queue.enqueue``)."""
+        is unique across every queue (``Queue.enqueue``). ``tags`` replace the task's
+        tags (``tags=[]``: none), they are not added to them."""
         if backoff is not None and not isinstance(backoff, Backoff):
             raise InvalidArgument(f"{self.name}: backoff must be a leaseq.Backoff, "
                                   f"got {backoff!r}")
@@ -205,6 +208,7 @@ class Task(Generic[P, R]):
             "queue": queue, "priority": priority, "delay": delay, "run_at": run_at,
             "unique_key": unique_key, "max_attempts": max_attempts, "headers": headers,
             "backoff": backoff, "unique_for": unique_for, "unique_scope": unique_scope,
+            "tags": tags,
         }.items() if val is not None}
         return BoundTask(self, replace(self.defaults, **changes), conn)
 
@@ -316,6 +320,7 @@ class BoundTask(Generic[P, R]):
             "unique_for": opts.unique_for,
             "headers": headers,
             "unique_scope": opts.unique_scope,
+            "tags": opts.tags,
         }
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult:
@@ -574,6 +579,7 @@ class App:
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
         unique_scope: UniqueScope = "queue",
+        tags: Sequence[str] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -592,6 +598,7 @@ class App:
         on_failure: FailureHook | None = None,
         on_dead: FailureHook | None = None,
         unique_scope: UniqueScope = "queue",
+        tags: Sequence[str] | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function (plain or ``async def``) as a task.
 
@@ -613,6 +620,8 @@ class App:
                 enqueue without any key raises ``InvalidArgument``.
             unique_scope: ``"global"``: the key is unique across every queue, not only
                 in the task's queue (``Queue.enqueue``). Defaults to ``"queue"``.
+            tags: Tags on every job of the task (``Queue.enqueue``);
+                ``options(tags=...)`` replaces them for a call.
             on_failure: ``fn(job, exc)``, plain or ``async def``, called in the worker after
                 every attempt that failed by raising, with the job as stored after the
                 failure. Defaults to the app's ``on_failure``.
@@ -631,6 +640,7 @@ class App:
                 "unique_for", unique_for.total_seconds() if isinstance(unique_for, timedelta)
                 else unique_for, positive=True),
             unique_scope=unique_scope,
+            tags=None if tags is None or v.tags(tags) is None else tuple(tags),
         )
 
         def register(fn: Callable[P, R]) -> Task[P, R]:

@@ -87,6 +87,25 @@ def test_find_by_kind_and_unique_key(q: leaseq.Queue, http: httpx.Client) -> Non
         "location"].endswith(f"/jobs/{a}")
 
 
+def test_tags_are_shown_and_filtered_by(q: leaseq.Queue, http: httpx.Client) -> None:
+    eu = q.enqueue("tagged", {}, tags=["billing", "eu"]).id
+    us = q.enqueue("tagged", {}, tags=["billing", "us"]).id
+    plain = q.enqueue("tagged", {}).id
+    body = http.get("/api/jobs", params={"queue": "tagged", "tag": "eu"}).json()
+    assert [(job["id"], job["tags"]) for job in body["jobs"]] == [(eu, ["billing", "eu"])]
+    body = http.get("/api/jobs", params={"tag": "billing", "state": "available"}).json()
+    assert [job["id"] for job in body["jobs"]] == [eu, us]
+    assert http.get("/api/jobs", params={"tag": "no good"}).status_code == 400
+    page = http.get("/queues/tagged", params={"tag": "us"})
+    assert f'data-job="{us}"' in page.text and f'data-job="{eu}"' not in page.text
+    assert 'name="tag" value="us"' in page.text  # the filter form keeps it
+    assert 'href="/queues/tagged?tag=billing"' in http.get("/queues/tagged").text.replace(
+        http.base_url.path.rstrip("/"), "")
+    job_page = http.get(f"/jobs/{eu}").text
+    assert ">billing</a>" in job_page and ">eu</a>" in job_page
+    assert http.get(f"/api/jobs/{plain}").json()["job"]["tags"] == []
+
+
 def test_job_api_and_page(q: leaseq.Queue, http: httpx.Client) -> None:
     job_id = q.enqueue("one", {"hello": "world"}, kind="greet", priority=4).id
     job = http.get(f"/api/jobs/{job_id}").json()["job"]

@@ -62,12 +62,14 @@ def test_curl(q: leaseq.Queue, serve: Serve) -> None:
     bearer = ["-H", f"Authorization: Bearer {TOKEN}"]
     body = json.dumps({"payload": {"order_id": 42}, "kind": "send_receipt",
                        "unique_key": "receipt-42", "headers": {"source": "curl"},
-                       "max_attempts": 3, "priority": 5})
+                       "max_attempts": 3, "priority": 5, "tags": ["billing", "eu"]})
     status, _, made = curl(jobs, *bearer, body=body)
     assert (status, made["created"]) == (201, True)
     job = q.get(made["id"])
-    assert (job.queue, job.payload, job.kind, job.priority, job.max_attempts, job.headers) \
-        == ("emails", {"order_id": 42}, "send_receipt", 5, 3, {"source": "curl"})
+    assert (job.queue, job.payload, job.kind, job.priority, job.max_attempts, job.headers,
+            job.tags) == ("emails", {"order_id": 42}, "send_receipt", 5, 3,
+                          {"source": "curl"}, ("billing", "eu"))
+    assert set(made) == {"id", "created"}  # the reply is unchanged by tags
     assert curl(jobs, *bearer, body=body)[:3:2] == (200, {"id": made["id"], "created": False})
     status, _, error = curl(jobs, *bearer, body='{"priority": "high"}')
     assert status == 400 and error["error"]["type"] == "InvalidArgument"
@@ -153,6 +155,9 @@ def test_hostile_input(q: leaseq.Queue, serve: Serve) -> None:
                b'{"run_at": "2030-01-01T00:00:00"}', b'{"unique_for": 5}',
                b'{"headers": {"a": 1}}', b'{"headers": [1]}', b'{"kind": ""}',
                b'{"max_attempts": 0}', b'{"payload": {"a": 1e999}}',
+               b'{"tags": "billing"}', b'{"tags": ["a b"]}', b'{"tags": [1]}',
+               b'{"tags": [""]}', b'{"tags": {"a": "b"}}',
+               b'{"tags": ' + json.dumps([f"t{i}" for i in range(17)]).encode() + b"}",
                b"[" * 100_000 + b"]" * 100_000]
         for body in bad:
             answer = post(jobs, body, **{"content-type": "application/json"})

@@ -106,6 +106,8 @@ class Job:
         reserves: Times the job was leased, this lease included.
         releases: Times it was given back by ``release``.
         timeouts: Leases of it that ran out and were reclaimed.
+        tags: The job's tags (``enqueue(tags=[...])``) in the order given, duplicates
+            dropped; ``()`` when it has none.
     """
 
     id: int
@@ -126,6 +128,7 @@ class Job:
     reserves: int = 0
     releases: int = 0
     timeouts: int = 0
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,8 @@ class JobInfo:
     ``kick`` or ``retry``). ``failed_at`` is the time of its last failed attempt (a
     ``nack`` or a lease that ran out), ``updated_at`` the time of its last state change.
     ``lease`` is the job's own lease length in seconds, when it was enqueued with one.
-    ``headers`` is the string map enqueued with the job (see ``Job.headers``), or None.
+    ``headers`` is the string map enqueued with the job (see ``Job.headers``), or None;
+    ``tags`` its tags (see ``Job.tags``), ``()`` when none, kept in history as headers are.
     A stored ``payload``, ``result``, ``headers`` or ``error_detail`` that does not
     decode (written by SQL or an older version) is an ``Undecodable`` instead.
     ``error_detail`` is the last failure as a JSON object: what ``nack`` was given (a
@@ -207,6 +211,7 @@ class JobInfo:
     lease: float | None = None
     headers: dict[str, str] | Undecodable | None = None
     error_detail: dict[str, Any] | Undecodable | None = None
+    tags: tuple[str, ...] = ()
     error_line: str | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -89,6 +89,7 @@ OPTIONS: tuple[Option, ...] = (
         "task": "headers are per call: .options(headers=...)",
         "sql": "triggers write plain jobs; headers come from Python and HTTP",
     }),
+    Option("tags", "tags"),
     Option("conn", None, {
         "enqueue_many": "one transaction for the whole batch: enqueue_many(..., conn=)",
         "task": "a connection is per call: .options(conn=...)",

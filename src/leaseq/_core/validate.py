@@ -26,6 +26,11 @@ MAX_WORKER_ID = 200
 MAX_HEADERS = 64
 MAX_HEADER_KEY = 100
 MAX_HEADERS_BYTES = 8192
+MAX_TAGS = 16
+MAX_TAG = 64
+TAG = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_TAG}}}")
+"""A tag: 1-64 characters of ``A-Z a-z 0-9 _ . : -``. No quote, backslash or space can
+appear, so a tag's JSON text is the tag in quotes: ``jobs(tag=)`` matches it by text."""
 MAX_ERROR_DETAIL = 65536
 MAX_TRACEBACK = 16384
 INT32 = (-(2**31), 2**31 - 1)
@@ -230,6 +235,44 @@ def headers(value: object) -> str | None:
             f"headers are {size} bytes encoded, over the cap of {MAX_HEADERS_BYTES} bytes"
         )
     return text
+
+
+def tags(value: object) -> str | None:
+    """A job's tags as the JSON text stored: a list (or tuple) of at most ``MAX_TAGS``
+    strings of ``TAG``, duplicates dropped, order kept. None and an empty list are None.
+    A bare string is refused: ``tags="eu"`` would otherwise read as two letters."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InvalidArgument(
+            f"tags must be a list of strings, got {type(value).__name__} {value!r:.80}")
+    kept = list(dict.fromkeys(tag(item) for item in value))
+    if len(kept) > MAX_TAGS:
+        raise InvalidArgument(f"tags hold {len(kept)} tags, over the cap of {MAX_TAGS}")
+    return _ENCODER.encode(kept) if kept else None
+
+
+def tag(value: object) -> str:
+    """One tag, checked (``enqueue(tags=)`` and ``jobs(tag=)``)."""
+    if not isinstance(value, str) or TAG.fullmatch(value) is None:
+        raise InvalidArgument(
+            f"a tag must be 1-{MAX_TAG} characters of A-Z a-z 0-9 _ . : -, got {value!r:.80}")
+    return value
+
+
+def stored_tags(text: str | bytes | None) -> tuple[str, ...]:
+    """Stored tags as ``Job.tags`` and ``JobInfo.tags`` show them: ``()`` for none, and
+    for text that is not a JSON list of strings (a row written by hand): tags are labels,
+    and a bad one must not stop a claim or a listing."""
+    if text is None:
+        return ()
+    try:
+        value = decode(text)
+    except (ValueError, RecursionError):
+        return ()
+    if not isinstance(value, list):
+        return ()
+    return tuple(item for item in value if isinstance(item, str))
 
 
 def integer(name: str, value: object, low: int, high: int = INT32[1]) -> int:

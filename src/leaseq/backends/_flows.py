@@ -27,6 +27,8 @@ def encode_step(step: FlowStep) -> str:
         spec["lease"] = repr(job.lease)
     if job.headers is not None:
         spec["headers"] = job.headers
+    if job.tags is not None:
+        spec["tags"] = job.tags  # the JSON array text, as stored
     return json.dumps(spec, separators=(",", ":"))
 
 
@@ -38,4 +40,5 @@ def decode_step(spec: str, value: str | None) -> NewJob:
         priority=int(s["priority"]), max_attempts=int(s["max_attempts"]),
         delay=float(s["delay"]),
         lease=float(s["lease"]) if "lease" in s else None, headers=s.get("headers"),
+        tags=s.get("tags"),
     )

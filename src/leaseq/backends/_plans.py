@@ -160,10 +160,10 @@ class PlanBackend:
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
-        kind: str | None = None, unique_key: str | None = None,
+        kind: str | None = None, unique_key: str | None = None, tag: str | None = None,
     ) -> Any:
         return self.run("list_jobs", lambda: self.ops.list_jobs(queue, state, limit, after,
-                                                                kind, unique_key))
+                                                                kind, unique_key, tag))
 
     def peek(self, queue: str, state: PeekState, limit: int) -> Any:
         return self.run("peek", lambda: self.ops.peek(queue, state, limit))

@@ -67,6 +67,9 @@ class NewJob:
     """``unique_scope="global"``: ``unique_key`` is unique among the live jobs enqueued
     so in every queue (and, as any key, in its own queue); ``unique_for`` then looks
     for finished jobs of the key in every queue."""
+    tags: str | None = None
+    """The job's tags as a compact JSON array of strings (``validate.tags``), or None for
+    none: stored as they are, kept in history, returned as ``Job.tags``/``JobInfo.tags``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,11 +307,11 @@ class Backend(Protocol):
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
-        kind: str | None = None, unique_key: str | None = None,
+        kind: str | None = None, unique_key: str | None = None, tag: str | None = None,
     ) -> list[JobInfo]:
         """Live and historical jobs with id > ``after``, by id, optionally of one queue,
-        one state, one ``kind`` and one ``unique_key`` (exact, byte-for-byte matches);
-        at most ``limit``."""
+        one state, one ``kind``, one ``unique_key`` (exact, byte-for-byte matches) and
+        one ``tag`` (among the job's tags); at most ``limit``."""
 
     def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]:
         """Up to ``limit`` jobs of ``queue``, changing nothing: ``available``, the due
@@ -428,7 +431,7 @@ class AsyncBackend(Protocol):
     async def stats(self) -> dict[str, QueueStats]: ...
     async def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
-        kind: str | None = None, unique_key: str | None = None,
+        kind: str | None = None, unique_key: str | None = None, tag: str | None = None,
     ) -> list[JobInfo]: ...
     async def peek(self, queue: str, state: PeekState, limit: int) -> list[JobInfo]: ...
     async def priority_counts(self, queue: str) -> dict[int, int]: ...

@@ -197,11 +197,13 @@ def schema(dialect: str, table_prefix: str) -> None:
 @click.option("--delay", type=duration, default="0", help="Run after this long (90s, 5m).")
 @click.option("--unique-key", help="At most one live job per queue and key.")
 @click.option("--max-attempts", type=int)
+@click.option("--tag", "tags", multiple=True,
+              help="A tag to find the job by (leaseq jobs --tag); repeat for more.")
 @database
 @as_json
 def enqueue(queue: str, payload: str, kind: str | None, priority: int, delay: float,
-            unique_key: str | None, max_attempts: int | None, url: str, table_prefix: str,
-            json_out: bool) -> None:
+            unique_key: str | None, max_attempts: int | None, tags: tuple[str, ...],
+            url: str, table_prefix: str, json_out: bool) -> None:
     """Add a job to QUEUE with a JSON PAYLOAD (default null)."""
     try:
         data = json.loads(payload)
@@ -209,7 +211,7 @@ def enqueue(queue: str, payload: str, kind: str | None, priority: int, delay: fl
         raise click.BadParameter(f"PAYLOAD is not JSON: {exc}") from exc
     with connect(url, table_prefix) as q:
         r = q.enqueue(queue, data, kind=kind, priority=priority, delay=delay,
-                      unique_key=unique_key, max_attempts=max_attempts)
+                      unique_key=unique_key, max_attempts=max_attempts, tags=list(tags))
     if json_out:
         emit({"id": r.id, "created": r.created})
     else:
@@ -286,22 +288,24 @@ def info_dict(j: leaseq.JobInfo) -> dict[str, Any]:
 @click.option("--after", type=click.IntRange(0), default=0, help="Show jobs with id > AFTER.")
 @click.option("--kind", help="Only jobs of this task name.")
 @click.option("--unique-key", help="Only jobs with this unique key.")
+@click.option("--tag", help="Only jobs carrying this tag (enqueue(tags=[...])).")
 @database
 @as_json
 def jobs(queue: str | None, state: str | None, limit: int, after: int, kind: str | None,
-         unique_key: str | None, url: str, table_prefix: str, json_out: bool) -> None:
+         unique_key: str | None, tag: str | None, url: str, table_prefix: str,
+         json_out: bool) -> None:
     """List jobs, live and finished, in id order; page with --after <last id>."""
     with connect(url, table_prefix) as q:
         found = q.jobs(queue, state=state, limit=limit, after=after,  # type: ignore[arg-type]
-                       kind=kind, unique_key=unique_key)
+                       kind=kind, unique_key=unique_key, tag=tag)
     if json_out:
         emit([info_dict(j) for j in found])
         return
     table = new_table()
-    for column in ("id", "queue", "kind", "state", "attempts", "error"):
+    for column in ("id", "queue", "kind", "tags", "state", "attempts", "error"):
         table.add_column(column)
     for j in found:
-        table.add_row(str(j.id), j.queue, j.kind or "", j.state,
+        table.add_row(str(j.id), j.queue, j.kind or "", " ".join(j.tags), j.state,
                       f"{j.attempts}/{j.max_attempts}", j.error_line or "")
     console().print(table)
     if len(found) == limit:

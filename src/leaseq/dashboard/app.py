@@ -820,7 +820,7 @@ def list_filters(request: Request, *, queue: str | None, state: str | None = Non
         "limit": int_param(request, "limit", PAGE, 1, 500),
         "after": int_param(request, "after", 0, 0, 2**63 - 1),
     }
-    for name in ("kind", "unique_key"):
+    for name in ("kind", "unique_key", "tag"):
         if params.get(name):
             filters[name] = params[name]
     return filters

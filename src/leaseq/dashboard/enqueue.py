@@ -13,7 +13,7 @@ from starlette.requests import Request
 from leaseq.errors import InvalidArgument
 
 FIELDS = ("payload", "kind", "priority", "delay", "run_at", "unique_key", "unique_for",
-          "max_attempts", "headers")
+          "max_attempts", "headers", "tags")
 """The body's fields, each optional; the same names as ``enqueue``'s arguments."""
 
 BODY_SLACK = 64 * 1024

@@ -82,6 +82,9 @@ ENQUEUE_BODY = {
                          "description": "Defaults to the queue's setting, else 5."},
         "headers": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
                     "maxProperties": 64, "description": "Strings stored with the job."},
+        "tags": {"type": ["array", "null"], "maxItems": 16, "items": {
+                     "type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,64}$"},
+                 "description": "Labels to find the job by (GET /api/jobs?tag=)."},
     },
 }
 
@@ -101,7 +104,8 @@ SCHEMAS: dict[str, Any] = {
                            "kind": {"type": ["string", "null"]},
                            "state": {"type": "string",
                                      "enum": [*LIVE_STATES, "scheduled", *TERMINAL_STATES]},
-                           "payload": {}, "result": {}},
+                           "payload": {}, "result": {},
+                           "tags": {"type": "array", "items": {"type": "string"}}},
             "additionalProperties": True},
     "QueueStats": {"type": "object", "description": "leaseq.QueueStats' fields and the "
                    "throughput series.", "additionalProperties": True},
@@ -151,7 +155,7 @@ def document(base: str, version: str) -> dict[str, Any]:
                 "next_after": {"type": ["integer", "null"]}}},
             *({"name": n, "in": "query", "required": False, "schema": {"type": t}}
               for n, t in (("queue", "string"), ("state", "string"), ("kind", "string"),
-                           ("unique_key", "string"), ("limit", "integer"),
+                           ("unique_key", "string"), ("tag", "string"), ("limit", "integer"),
                            ("after", "integer"))),
             errors={**ERRORS, "400": _error("A bad filter.")}),
         "/api/jobs/{id}": _get("One job.", {"type": "object",

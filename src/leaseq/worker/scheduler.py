@@ -142,6 +142,7 @@ class Scheduler:
                 priority=task.defaults.priority, max_attempts=task.defaults.max_attempts,
                 lease=task.defaults.lease, headers=task.defaults.headers,
                 unique_key=key, unique_for=self._window(schedule, tick),
+                tags=task.defaults.tags,
             )
         except ValidationError as exc:
             # The same arguments will be refused at every retry: give up on this tick.

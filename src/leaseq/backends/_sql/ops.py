@@ -33,7 +33,7 @@ from leaseq._core.job import (
     error_detail,
 )
 from leaseq._core.limits import allowance, next_start, tokens_now
-from leaseq._core.validate import claimed, discard_record, stored
+from leaseq._core.validate import claimed, discard_record, stored, stored_tags
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends._sql.plan import (
     UNIQUE_RETRIES,
@@ -162,6 +162,7 @@ class Dialect:
             "run_at": self.ts(job.run_at),
             "lease": job.lease,  # seconds, as stored (not a span: no arithmetic on it)
             "headers": job.headers,  # JSON text or None, stored as it is
+            "tags": job.tags,  # a JSON array's text or None, as headers
         }
 
 
@@ -340,9 +341,10 @@ class SqlOps:
         return [r for r in results if r is not None]
 
     def insert_plain(self, jobs: Sequence[NewJob]) -> Plan[list[int]]:
-        # The lease and headers columns are written only when some job has either: one
-        # more bound parameter per row cost SQLite's executemany about 6 %.
-        full = any(job.lease is not None or job.headers is not None for job in jobs)
+        # The lease, headers and tags columns are written only when some job has one of
+        # them: one more bound parameter per row cost SQLite's executemany about 6 %.
+        full = any(job.lease is not None or job.headers is not None or job.tags is not None
+                   for job in jobs)
         name = "insert_full_job" if full else "insert_job"
         if len(jobs) == 1:
             r = yield Stmt(name, self.d.row(jobs[0]))
@@ -507,7 +509,7 @@ class SqlOps:
         self, rows: list[tuple[Any, ...]], seconds: float, now: Any, worker_id: str
     ) -> Plan[list[tuple[Any, ...]]]:
         """``claim_ids`` of candidate ``rows`` that get the same lease; the rows as leased,
-        with the lease applied and the headers last."""
+        with the lease applied, then the headers, the counters and the tags."""
         until = self.d.later(now, seconds)
         params = {"ids": self.d.ids([c[0] for c in rows]), "worker_id": worker_id,
                   "until": until, "now": now}
@@ -515,7 +517,7 @@ class SqlOps:
         if r.rowcount == len(rows):
             # What claim_ids just wrote, from values read under the same lock.
             return [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12],
-                     seconds, c[17], c[18] + 1, c[19], c[20]) for c in rows]
+                     seconds, c[17], c[18] + 1, c[19], c[20], c[21]) for c in rows]
         # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
         # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this claim
         # really leased, as stored.
@@ -534,8 +536,9 @@ class SqlOps:
 
     def jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
         """Leased jobs in claim order from rows of ``JOB_COLUMNS`` followed by the lease
-        applied, in seconds, the headers, and the counters reserves (this lease
-        included), releases and timeouts. Decoded job by job, never raising: a job whose
+        applied, in seconds, the headers, the counters reserves (this lease
+        included), releases and timeouts, and the tags (last, so that a column added
+        later moves no index). Decoded job by job, never raising: a job whose
         payload or headers do not decode carries an ``Undecodable`` payload
         (``validate.claimed``), for the client to bury."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
@@ -560,6 +563,7 @@ class SqlOps:
                 lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
                 lease=float(r[13]), headers=headers, available_at=dt(r[12]),
                 reserves=int(r[15]), releases=int(r[16]), timeouts=int(r[17]),
+                tags=stored_tags(r[18]),
             ))
         return jobs
 
@@ -953,9 +957,9 @@ class SqlOps:
         return self.info(r.rows[0])
 
     def info(self, r: tuple[Any, ...]) -> JobInfo:
-        """A ``JobInfo`` from a row of ``get_live``'s 29 columns: ``id`` .. ``now``, then
+        """A ``JobInfo`` from a row of ``get_live``'s 30 columns: ``id`` .. ``now``, then
         reserves, timeouts, releases, buries, kicks, failed_at, updated_at, lease,
-        headers, error_detail."""
+        headers, error_detail, tags."""
         dt = self.d.dt
         state, available_at, now = r[3], dt(r[9]), dt(r[18])
         if state == "available" and available_at and now and available_at > now:
@@ -970,6 +974,7 @@ class SqlOps:
             releases=int(r[21]), buries=int(r[22]), kicks=int(r[23]), failed_at=dt(r[24]),
             updated_at=dt(r[25]), lease=None if r[26] is None else float(r[26]),
             headers=stored(r[27]), error_detail=error_detail(r[16], stored(r[28])),
+            tags=stored_tags(r[29]),
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
@@ -1047,10 +1052,13 @@ class SqlOps:
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
-        kind: str | None = None, unique_key: str | None = None,
+        kind: str | None = None, unique_key: str | None = None, tag: str | None = None,
     ) -> Plan[list[JobInfo]]:
+        # tag: matched as its quoted text in the stored JSON array (a tag holds no quote
+        # or backslash, so "tag" appears there exactly when the job carries it), row by
+        # row along the walk the other filters take: no index, so writes pay nothing.
         params = {"queue": queue, "state": state, "limit": limit, "after": after,
-                  "kind": kind, "unique_key": unique_key}
+                  "kind": kind, "unique_key": unique_key, "tag": tag}
         rows: list[tuple[Any, ...]] = []
         if state is None or state in LIVE_STATES:
             rows += (yield Stmt("list_live", params)).rows
@@ -1112,6 +1120,8 @@ class SqlOps:
         clean up with it)."""
         if "drop_routine" in self.d.q:  # the SQL enqueue entry (enqueue.sql)
             yield Stmt("drop_routine")
+        if "drop_routine_with" in self.d.q:  # MySQL's enqueue_with, which enqueue calls
+            yield Stmt("drop_routine_with")
         if "drop_tables" in self.d.q:
             yield Stmt("drop_tables")
         else:

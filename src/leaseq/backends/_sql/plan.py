@@ -154,6 +154,8 @@ def routine_constants() -> dict[str, object]:
         "max_unique_key": v.MAX_UNIQUE_KEY,
         "max_delay": v.MAX_SECONDS,
         "max_depth": v.MAX_DEPTH,
+        "max_tags": v.MAX_TAGS,
+        "max_tag": v.MAX_TAG,
         "unique_retries": UNIQUE_RETRIES,
     }
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from leaseq.backends._sql.plan import fingerprint, load_routine, routine_constants
 
 PACKAGES = {"postgres": "leaseq.backends.postgres", "mysql": "leaseq.backends.mysql"}
-ROUTINE_SIGNATURE = "(text, jsonb, text, integer, interval, text, integer)"
+ROUTINE_SIGNATURE = "(text, jsonb, text, integer, interval, text, integer, text[])"
 """The argument types of PostgreSQL's ``<prefix>enqueue``, as ``regprocedure`` spells
-them."""
+them. An option is appended here, last and with a default, whenever one joins the SQL
+entry (``tags`` did, issue 31); the installer drops the other overloads."""
 MARK = "@@fingerprint@@"
 
 
@@ -20,7 +21,7 @@ def routine_params(dialect: str, prefix: str) -> dict[str, str]:
         "queue": "v_queue", "kind": "v_kind", "payload": "v_payload",
         "priority": "v_priority", "max_attempts": "v_max_attempts",
         "unique_key": "v_unique_key", "delay": "v_delay", "run_at": "NULL", "lease": "NULL",
-        "headers": "NULL",
+        "headers": "NULL", "tags": "v_tags",
     }
     if dialect == "postgres":
         return {**params, "channel": f"'{prefix}jobs'", "cap": "v_cap + 1"}

@@ -565,17 +565,23 @@ class MysqlRunner(PooledSyncRunner[Any]):
 
 
 def install_routine(cur: Any, d: MysqlDialect) -> None:
-    """Creates ``<prefix>enqueue`` unless this version's is installed (its COMMENT holds
-    the fingerprint of its text), so a second ``migrate`` changes nothing. MySQL has no
-    ``CREATE OR REPLACE PROCEDURE``: an upgrade drops and creates it, and a CALL in
-    between fails (once, per upgrade that changes it)."""
+    """Creates ``<prefix>enqueue_with`` and the frozen ``<prefix>enqueue`` that calls it
+    unless this version's are installed (each COMMENT holds the fingerprint of their
+    text), so a second ``migrate`` changes nothing. MySQL has no ``CREATE OR REPLACE
+    PROCEDURE``: an upgrade drops and creates them, and a CALL in between fails (once,
+    per upgrade that changes them)."""
     text, mark = routine_text("mysql", d.prefix)
-    cur.execute(d.q["routine_comment"], {"name": f"{d.prefix}enqueue"})
-    row = cur.fetchone()
-    if row is not None and row[0] == mark:
+    marks = []
+    for name in (f"{d.prefix}enqueue_with", f"{d.prefix}enqueue"):
+        cur.execute(d.q["routine_comment"], {"name": name})
+        row = cur.fetchone()
+        marks.append(None if row is None else row[0])
+    if marks == [mark, mark]:
         return
     cur.execute(d.q["drop_routine"])
-    cur.execute(text)
+    cur.execute(d.q["drop_routine_with"])
+    for statement in text.split("\n//\n"):  # enqueue.sql's separator (DELIMITER //)
+        cur.execute(statement)
 
 
 class AsyncMysqlRunner(AsyncRunner):

@@ -14,20 +14,20 @@ VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
 
 -- name: insert_full_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          lease_token, available_at, created_at, lease, headers)
+                          lease_token, available_at, created_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
-        UTC_TIMESTAMP(6), :lease, :headers);
+        UTC_TIMESTAMP(6), :lease, :headers, :tags);
 
 -- name: batch_ids
 SELECT id FROM {prefix}jobs WHERE id >= :first AND lease_token = :tag ORDER BY id;
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          lease_token, available_at, created_at, lease, headers)
+                          lease_token, available_at, created_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
-        UTC_TIMESTAMP(6), :lease, :headers);
+        UTC_TIMESTAMP(6), :lease, :headers, :tags);
 
 -- name: find_unique
 -- A locking read sees the newest committed twin even in the caller's REPEATABLE READ.
@@ -74,7 +74,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
        (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers,
-       reserves, releases, timeouts
+       reserves, releases, timeouts, tags
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
   AND (sort_priority > :from_priority
@@ -104,7 +104,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), lease_token,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', lease_until), worker_id,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
-       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers, reserves, releases, timeouts
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers, reserves, releases, timeouts, tags
 FROM {prefix}jobs
 WHERE id IN :ids AND state = 'running' AND worker_id = :worker_id AND lease_until = :until;
 
@@ -128,13 +128,13 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail)
+                             headers, error_detail, tags)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
        created_at, started_at, UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        UTC_TIMESTAMP(6), headers,
-       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END
+       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END, tags
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
@@ -210,7 +210,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts,
        started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, created_at), lease, headers,
-       error_detail;
+       error_detail, tags;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -219,7 +219,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
-       error_detail;
+       error_detail, tags;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -278,11 +278,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail)
+                             headers, error_detail, tags)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
        UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers,
-       error_detail
+       error_detail, tags
 FROM {prefix}jobs FORCE INDEX (PRIMARY) WHERE id IN :ids AND state = 'dead';
 
 -- name: delete_dead
@@ -327,6 +327,7 @@ FROM {prefix}jobs
 WHERE id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:unique_key IS NULL OR unique_key = :unique_key)
   AND (:kind IS NULL OR (kind = :kind AND LENGTH(kind) = LENGTH(:kind)))
+  AND (:tag IS NULL OR LOCATE(CONCAT('"', :tag, '"'), tags) > 0)
   AND (:state IS NULL OR :state =
        CASE WHEN state = 'available' AND available_at > UTC_TIMESTAMP(6) THEN 'scheduled'
             ELSE state END)
@@ -341,6 +342,7 @@ WHERE id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:unique_key IS NULL
        OR (unique_key = :unique_key AND LENGTH(unique_key) = LENGTH(:unique_key)))
   AND (:kind IS NULL OR (kind = :kind AND LENGTH(kind) = LENGTH(:kind)))
+  AND (:tag IS NULL OR LOCATE(CONCAT('"', :tag, '"'), tags) > 0)
   AND (:state IS NULL OR state = :state)
 ORDER BY id LIMIT :limit;
 
@@ -353,10 +355,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, tags)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers, tags
 FROM {prefix}jobs FORCE INDEX (PRIMARY)
 WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running'
 FOR UPDATE;
@@ -367,10 +369,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, tags)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers, tags
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running'
 FOR UPDATE;
@@ -629,14 +631,17 @@ WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = :name AND ROUTINE_TYPE = 'P
 
 -- name: drop_routine
 DROP PROCEDURE IF EXISTS {prefix}enqueue;
+
+-- name: drop_routine_with
+DROP PROCEDURE IF EXISTS {prefix}enqueue_with;
 -- name: insert_global_job
 -- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
 -- index (one of every queue) or the (queue, unique_key) one may refuse the row.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          global_key, lease_token, available_at, created_at, lease, headers)
+                          global_key, lease_token, available_at, created_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key, :tag,
         COALESCE(:run_at, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)),
-        UTC_TIMESTAMP(6), :lease, :headers);
+        UTC_TIMESTAMP(6), :lease, :headers, :tags);
 
 -- name: find_global
 -- The live job that holds a global key: one enqueued with unique_scope="global" in any

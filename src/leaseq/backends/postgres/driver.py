@@ -157,7 +157,7 @@ def escaped_nul(jobs: Sequence[NewJob]) -> bool:
 
 
 def json_rows(jobs: Sequence[NewJob]) -> str:
-    """The batch as the JSON ``insert_jobs`` reads. Payloads and headers are JSON text
+    """The batch as the JSON ``insert_jobs`` reads. Payloads, headers and tags are JSON text
     already and go in as they are; queue and kind names repeat across a batch, so each is
     escaped once."""
     names: dict[str | None, str] = {None: "null"}
@@ -172,6 +172,8 @@ def json_rows(jobs: Sequence[NewJob]) -> str:
             when += f',"l":{job.lease!r}'
         if job.headers is not None:
             when += f',"h":{job.headers}'
+        if job.tags is not None:
+            when += f',"t":{job.tags}'
         parts.append(f'{{"q":{queue},"k":{kind},"p":{job.payload},"pr":{job.priority},'
                      f'"ma":{job.max_attempts}{when}}}')
     return f"[{','.join(parts)}]"

@@ -15,9 +15,11 @@
 -- a queue at its max_jobs or a new queue beyond the server's max_queues; either way
 -- nothing is written.
 --
--- To add an argument later (say unique_scope), append it with a default: the installer
--- drops the other overloads of this name first, so old calls keep resolving to one
--- function.
+-- Options are appended as arguments with defaults, so every older call keeps working:
+-- tags (issue 31) came last, as `tags => ARRAY['billing', 'eu']`. The installer drops
+-- the other overloads of this name first (the 7-argument function of before), so calls
+-- keep resolving to one function. Every later option is appended the same way, last,
+-- with a default, and declared in leaseq/_core/options.py.
 CREATE OR REPLACE FUNCTION {prefix}enqueue(
     queue text,
     payload jsonb,
@@ -25,7 +27,8 @@ CREATE OR REPLACE FUNCTION {prefix}enqueue(
     priority integer DEFAULT 0,
     delay interval DEFAULT '0',
     unique_key text DEFAULT NULL,
-    max_attempts integer DEFAULT NULL
+    max_attempts integer DEFAULT NULL,
+    tags text[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 -- The tables are found where migrate made them, whatever the caller's search_path.
@@ -42,6 +45,9 @@ DECLARE
     v_delay double precision := EXTRACT(EPOCH FROM delay);
     v_unique_key text := unique_key;
     v_max_attempts integer := max_attempts;
+    v_tags text;
+    v_tag text;
+    v_count bigint;
     v_cap bigint;
     v_queue_attempts integer;
     v_live bigint;
@@ -88,6 +94,24 @@ BEGIN
         RAISE EXCEPTION '%: max_attempts must be NULL or an integer in [1, {max_attempts_cap}], got %',
             fn, v_max_attempts USING ERRCODE = '22023';
     END IF;
+    -- Tags as validate.tags stores them: each of validate.TAG, duplicates dropped in the
+    -- given order, at most {max_tags}; the compact JSON array (to_json writes no spaces),
+    -- NULL for none.
+    IF tags IS NOT NULL THEN
+        FOREACH v_tag IN ARRAY tags LOOP
+            IF v_tag IS NULL OR v_tag !~ '^[-A-Za-z0-9_.:]{1,{max_tag}}$' THEN
+                RAISE EXCEPTION '%: a tag must be 1-{max_tag} characters of A-Z a-z 0-9 _ . : -, got %',
+                    fn, COALESCE(quote_literal(left(v_tag, 80)), 'NULL') USING ERRCODE = '22023';
+            END IF;
+        END LOOP;
+        SELECT to_json(array_agg(d.t ORDER BY d.n))::text, count(*) INTO v_tags, v_count
+        FROM (SELECT u.t, min(u.n) AS n FROM unnest(tags) WITH ORDINALITY AS u(t, n)
+              GROUP BY u.t) AS d;
+        IF v_count > {max_tags} THEN
+            RAISE EXCEPTION '%: tags hold % tags, over the cap of {max_tags}', fn, v_count
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
 
     -- The server's max_queues (configure_server), checked as the client's admit_queues
     -- does and before any queue's lock, as it is. One read tells whether a cap is set and
@@ -125,8 +149,10 @@ BEGIN
         {query:lock_queue_cap} INTO v_cap;
     END IF;
 
-    IF v_unique_key IS NULL THEN
+    IF v_unique_key IS NULL AND v_tags IS NULL THEN
         {query:insert_job} INTO v_id, v_note;
+    ELSIF v_unique_key IS NULL THEN
+        {query:insert_full_job} INTO v_id, v_note;
     ELSE
         FOR attempt IN 1..{unique_retries} LOOP
             {query:insert_unique_job} INTO v_id, v_note;

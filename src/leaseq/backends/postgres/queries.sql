@@ -17,36 +17,37 @@ RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_full_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, lease, headers)
+                          available_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease,
-        :headers)
+        :headers, :tags)
 RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_jobs
 -- The batch arrives as one JSON array of objects {q: queue, k: kind, p: payload,
--- pr: priority, ma: max_attempts, ra: run_at, d: delay, l: lease, h: headers} (ra, d, l
--- and h left out when unset), the payload and headers embedded as the JSON text leaseq
--- encoded. json_to_recordset parses each object once into typed columns, and as type json
--- (not jsonb) p and h keep their text byte for byte; one JSON parameter costs far less to
--- send than nine arrays of text.
+-- pr: priority, ma: max_attempts, ra: run_at, d: delay, l: lease, h: headers, t: tags}
+-- (ra, d, l, h and t left out when unset), the payload, headers and tags embedded as the
+-- JSON text leaseq encoded. json_to_recordset parses each object once into typed columns,
+-- and as type json (not jsonb) p, h and t keep their text byte for byte; one JSON
+-- parameter costs far less to send than nine arrays of text.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, available_at, lease,
-                          headers)
+                          headers, tags)
 SELECT r.q, r.k, COALESCE(r.p::text, 'null'), r.pr, r.ma,
-       COALESCE(r.ra, now() + make_interval(secs => COALESCE(r.d, 0))), r.l, r.h::text
+       COALESCE(r.ra, now() + make_interval(secs => COALESCE(r.d, 0))), r.l, r.h::text,
+       r.t::text
 FROM ROWS FROM (json_to_recordset(:rows::json)
                 AS (q text, k text, p json, pr integer, ma integer, ra timestamptz, d float8,
-                    l float8, h json))
-     WITH ORDINALITY AS r(q, k, p, pr, ma, ra, d, l, h, n)
+                    l float8, h json, t json))
+     WITH ORDINALITY AS r(q, k, p, pr, ma, ra, d, l, h, t, n)
 ORDER BY r.n
 RETURNING id, pg_notify(:channel, queue);
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, lease, headers)
+                          available_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), :lease,
-        :headers)
+        :headers, :tags)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id, pg_notify(:channel, queue);
 
@@ -99,7 +100,7 @@ FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.unique_key, j.lease_token, j.lease_until, j.worker_id, j.created_at,
           j.available_at, picked.seconds, j.headers, j.reserves, j.releases,
-          j.timeouts;
+          j.timeouts, j.tags;
 
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
@@ -127,10 +128,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, tags)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers, tags
 FROM done
 RETURNING id, pg_notify('{prefix}done', id::text);
 
@@ -140,13 +141,13 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail)
+                             headers, error_detail, tags)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
        lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
-       CASE WHEN :state::text = 'completed' THEN NULL WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END
+       CASE WHEN :state::text = 'completed' THEN NULL WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END, tags
 FROM {prefix}jobs WHERE id = :id
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -218,7 +219,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL::text, last_error, cancel_requested, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, created_at), lease, headers,
-       error_detail;
+       error_detail, tags;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -227,7 +228,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        result, error, false, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
-       error_detail;
+       error_detail, tags;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -286,11 +287,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail)
+                             headers, error_detail, tags)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
        lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
-       error_detail
+       error_detail, tags
 FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead'
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -336,6 +337,7 @@ SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
  WHERE :queue::text IS NOT NULL AND :unique_key::text IS NOT NULL
    AND queue = :queue::text AND unique_key = :unique_key::text AND id > :after
    AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:tag::text IS NULL OR strpos(tags, '"' || :tag::text || '"') > 0)
    AND (:state::text IS NULL OR :state::text =
         CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled' ELSE state END)
  ORDER BY id LIMIT :limit)
@@ -346,6 +348,7 @@ UNION ALL
    AND id > :after AND (:queue::text IS NULL OR queue = :queue::text)
    AND (:unique_key::text IS NULL OR unique_key = :unique_key::text)
    AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:tag::text IS NULL OR strpos(tags, '"' || :tag::text || '"') > 0)
    AND (:state::text IS NULL OR :state::text =
         CASE WHEN state = 'available' AND available_at > now() THEN 'scheduled' ELSE state END)
  ORDER BY id LIMIT :limit)
@@ -358,6 +361,7 @@ ORDER BY id LIMIT :limit;
  WHERE :queue::text IS NOT NULL AND :unique_key::text IS NOT NULL
    AND queue = :queue::text AND unique_key = :unique_key::text AND id > :after
    AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:tag::text IS NULL OR strpos(tags, '"' || :tag::text || '"') > 0)
    AND (:state::text IS NULL OR state = :state::text)
  ORDER BY id LIMIT :limit)
 UNION ALL
@@ -367,6 +371,7 @@ UNION ALL
    AND id > :after AND (:queue::text IS NULL OR queue = :queue::text)
    AND (:unique_key::text IS NULL OR unique_key = :unique_key::text)
    AND (:kind::text IS NULL OR kind = :kind::text)
+   AND (:tag::text IS NULL OR strpos(tags, '"' || :tag::text || '"') > 0)
    AND (:state::text IS NULL OR state = :state::text)
  ORDER BY id LIMIT :limit)
 ORDER BY id LIMIT :limit;
@@ -389,10 +394,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, tags)
 SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers, tags
 FROM done
 -- One notification for the batch (an InitPlan, run once), with the completed ids, or ''
 -- (anything may have finished) past NOTIFY's 8,000-byte payload limit.
@@ -695,15 +700,15 @@ WHERE p.proname = :name AND p.pronamespace = current_schema()::regnamespace
   AND p.oid IS DISTINCT FROM to_regprocedure(:signature)::oid;
 
 -- name: drop_routine
-DROP FUNCTION IF EXISTS {prefix}enqueue(text, jsonb, text, integer, interval, text, integer);
+DROP FUNCTION IF EXISTS {prefix}enqueue(text, jsonb, text, integer, interval, text, integer, text[]);
 -- name: insert_global_job
 -- insert_unique_job for unique_scope="global": the key also goes into global_key, whose
 -- index (one of every queue) or the (queue, unique_key) one may refuse the row.
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          global_key, available_at, created_at, lease, headers)
+                          global_key, available_at, created_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key,
         COALESCE(:run_at::timestamptz, now() + make_interval(secs => :delay)), now(),
-        :lease, :headers)
+        :lease, :headers, :tags)
 ON CONFLICT DO NOTHING
 RETURNING id, pg_notify(:channel, queue);
 

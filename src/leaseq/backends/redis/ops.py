@@ -41,7 +41,7 @@ from leaseq._core.job import (
     ServerConfig,
     error_detail,
 )
-from leaseq._core.validate import claimed, stored
+from leaseq._core.validate import claimed, stored, stored_tags
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends.base import (
     FailItem,
@@ -573,7 +573,7 @@ class RedisOps:
 
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
              token, lease_until, created_at, seconds, headers, available_at, reserves,
-             releases, timeouts) in reply:
+             releases, timeouts, tags) in reply:
             # The script has leased the job: decoding must not raise, or the batch would
             # be lost until its leases ran out (design §52).
             value, names = claimed(payload, headers)
@@ -585,6 +585,7 @@ class RedisOps:
                 created_at=when(created_at), lease=float(seconds),
                 headers=names, available_at=when(available_at),
                 reserves=int(reserves), releases=int(releases), timeouts=int(timeouts),
+                tags=stored_tags(tags),
             )
             self.located.put(job.id, queue)
             jobs.append(job)
@@ -844,7 +845,8 @@ class RedisOps:
             keys = [*self.k.queue(job.queue), *([handoff] if same else [])]
             yield Call("enqueue_step", keys, (
                 next_id, job.queue, opt(job.kind), job.payload, job.priority,
-                job.max_attempts, us(job.delay), opt(job.lease), opt(job.headers), job_id))
+                job.max_attempts, us(job.delay), opt(job.lease), opt(job.headers), job_id,
+                opt(job.tags)))
             self.located.put(int(next_id), job.queue)
             if same:
                 return True
@@ -1054,12 +1056,12 @@ class RedisOps:
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
-        kind: str | None = None, unique_key: str | None = None,
+        kind: str | None = None, unique_key: str | None = None, tag: str | None = None,
     ) -> Plan[list[JobInfo]]:
         """Each chunk of queues gives its own first ``limit`` matches (``list.lua`` pages
         through them); the overall first ``limit`` are among those. No index holds every
-        job of a kind or a unique key (``unique`` and ``finished`` name one job per key),
-        so those filters are checked job by job, ``scan`` ids per queue per call."""
+        job of a kind, a unique key or a tag (``unique`` and ``finished`` name one job per
+        key), so those filters are checked job by job, ``scan`` ids per queue per call."""
         if queue is None:
             chunks = yield from self.queue_groups()
         else:
@@ -1070,7 +1072,8 @@ class RedisOps:
             cursor, wanted = after, limit
             while wanted:
                 cursor, now, flats = yield Call(
-                    "list", keys, (cursor, wanted, opt(state), scan, opt(kind), opt(unique_key))
+                    "list", keys, (cursor, wanted, opt(state), scan, opt(kind), opt(unique_key),
+                                   opt(tag))
                 )
                 found += [info(record(flat), int(now)) for flat in flats]
                 wanted -= len(flats)
@@ -1243,16 +1246,17 @@ def info(h: dict[str, str], now: int) -> JobInfo:
         updated_at=at(h.get("updated_at") or h["created_at"]),
         lease=None if lease is None else float(lease), headers=stored(h.get("headers")),
         error_detail=error_detail(h.get("error"), stored(h.get("error_detail"))),
+        tags=stored_tags(h.get("tags")),
     )
 
 
 def job_args(group: int, job: NewJob) -> list[str | int]:
-    """The 13 ARGV values of one job for ``enqueue.lua``."""
+    """The 14 ARGV values of one job for ``enqueue.lua`` (the global flag last)."""
     run_at = None if job.run_at is None else us_at(job.run_at)
     window = us(job.unique_for) if job.unique_for and job.unique_key is not None else None
     return [group, job.queue, opt(job.kind), job.payload, job.priority, job.max_attempts,
             opt(job.unique_key), us(job.delay), opt(run_at), opt(job.lease), opt(window),
-            opt(job.headers), int(job.unique_global)]
+            opt(job.headers), opt(job.tags), int(job.unique_global)]
 
 
 def too_many_queues(reply: Sequence[Any]) -> TooManyQueues:

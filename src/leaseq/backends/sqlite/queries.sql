@@ -12,17 +12,17 @@ VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
 
 -- name: insert_full_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, created_at, lease, headers)
+                          available_at, created_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
-        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers);
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers, :tags);
 
 -- name: insert_unique_job
 INSERT INTO {prefix}jobs (queue, kind, payload, priority, max_attempts, unique_key,
-                          available_at, created_at, lease, headers)
+                          available_at, created_at, lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
-        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers)
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers, :tags)
 ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
@@ -45,7 +45,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        (julianday('now') - 2440587.5) * 86400.0, lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
        (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers,
-       reserves, releases, timeouts
+       reserves, releases, timeouts, tags
 FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
@@ -70,7 +70,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 -- The claim's fallback, should claim_ids ever update other rows than it read.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, lease_until, worker_id, created_at, available_at, headers, reserves,
-       releases, timeouts
+       releases, timeouts, tags
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND worker_id = :worker_id AND lease_until = :until;
@@ -95,13 +95,13 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail)
+                             headers, error_detail, tags)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        (julianday('now') - 2440587.5) * 86400.0, headers,
-       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END
+       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END, tags
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
@@ -181,7 +181,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, created_at), lease, headers,
-       error_detail;
+       error_detail, tags;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -190,7 +190,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
-       error_detail;
+       error_detail, tags;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -249,12 +249,12 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail)
+                             headers, error_detail, tags)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        (julianday('now') - 2440587.5) * 86400.0, headers,
-       error_detail
+       error_detail, tags
 FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
 
 -- name: delete_dead
@@ -295,6 +295,7 @@ FROM {prefix}jobs
 WHERE :queue IS NOT NULL AND :unique_key IS NOT NULL
   AND queue = :queue AND unique_key = :unique_key AND id > :after
   AND (:kind IS NULL OR kind = :kind)
+  AND (:tag IS NULL OR instr(tags, '"' || :tag || '"') > 0)
   AND (:state IS NULL OR :state =
        CASE WHEN state = 'available'
              AND available_at > (julianday('now') - 2440587.5) * 86400.0
@@ -306,6 +307,7 @@ WHERE (:queue IS NULL OR :unique_key IS NULL)
   AND id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:unique_key IS NULL OR unique_key = :unique_key)
   AND (:kind IS NULL OR kind = :kind)
+  AND (:tag IS NULL OR instr(tags, '"' || :tag || '"') > 0)
   AND (:state IS NULL OR :state =
        CASE WHEN state = 'available'
              AND available_at > (julianday('now') - 2440587.5) * 86400.0
@@ -319,6 +321,7 @@ FROM {prefix}history
 WHERE :queue IS NOT NULL AND :unique_key IS NOT NULL
   AND queue = :queue AND unique_key = :unique_key AND id > :after
   AND (:kind IS NULL OR kind = :kind) AND (:state IS NULL OR state = :state)
+  AND (:tag IS NULL OR instr(tags, '"' || :tag || '"') > 0)
 UNION ALL
 SELECT {_history_row}
 FROM {prefix}history
@@ -326,6 +329,7 @@ WHERE (:queue IS NULL OR :unique_key IS NULL)
   AND id > :after AND (:queue IS NULL OR queue = :queue)
   AND (:unique_key IS NULL OR unique_key = :unique_key)
   AND (:kind IS NULL OR kind = :kind) AND (:state IS NULL OR state = :state)
+  AND (:tag IS NULL OR instr(tags, '"' || :tag || '"') > 0)
 ORDER BY id LIMIT :limit;
 
 -- name: archive_held_many
@@ -335,11 +339,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, tags)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0, headers
+       (julianday('now') - 2440587.5) * 86400.0, headers, tags
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
@@ -352,11 +356,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers)
+                             headers, tags)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0, headers
+       (julianday('now') - 2440587.5) * 86400.0, headers, tags
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running';
 
@@ -630,10 +634,10 @@ DELETE FROM {prefix}flows WHERE remaining = 0 AND created_at < (julianday('now')
 -- index (one of every queue) or the (queue, unique_key) one may refuse the row.
 INSERT OR IGNORE INTO {prefix}jobs (queue, kind, payload, priority, max_attempts,
                                     unique_key, global_key, available_at, created_at,
-                                    lease, headers)
+                                    lease, headers, tags)
 VALUES (:queue, :kind, :payload, :priority, :max_attempts, :unique_key, :unique_key,
         COALESCE(:run_at, (julianday('now') - 2440587.5) * 86400.0 + :delay),
-        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers)
+        (julianday('now') - 2440587.5) * 86400.0, :lease, :headers, :tags)
 RETURNING id;
 
 -- name: find_global

@@ -143,7 +143,15 @@
     const id = document.createElement("td");
     id.appendChild(link(base + "/jobs/" + job.id, String(job.id)));
     tr.appendChild(id);
-    tr.appendChild(cell(job.kind || "–"));
+    const kind = cell(job.kind || "–");
+    for (const tag of job.tags || []) {
+      kind.append(" ");
+      const a = link(base + "/queues/" + encodeURIComponent(job.queue) + "?tag=" +
+                     encodeURIComponent(tag), tag);
+      a.className = "tag mono";
+      kind.appendChild(a);
+    }
+    tr.appendChild(kind);
     const state = document.createElement("td");
     const badge = document.createElement("span");
     badge.className = "state s-" + job.state;

@@ -97,7 +97,9 @@
 -- reserves?, timeouts?, releases?, buries?, kicks? (counters), failed_at?, updated_at?
 -- (last state change; readers show created_at until then), headers? (JSON text, written
 -- by enqueue and never changed), error_detail? (the last error as the JSON object nack
--- was given; written and cleared with error, absent when the text says it all).
+-- was given; written and cleared with error, absent when the text says it all), tags?
+-- (JSON array text, written by enqueue and never changed; list.lua finds a tag by its
+-- quoted text in it).
 -- "?" = absent when null, and
 -- an absent counter is 0: enqueue, the hot path, writes none of them.
 --

@@ -11,7 +11,7 @@
 -- last; group: job_id is the callback's once enqueued), then (group: the callback's
 -- spec), s:<i> (chain: step i's spec, i >= 1), r:<i> (group: member i's result, JSON
 -- text). A spec is a JSON object of strings (backends/_flows.py): queue, head, rest,
--- priority, max_attempts, delay (seconds), kind?, lease?, headers?; the payload is
+-- priority, max_attempts, delay (seconds), kind?, lease?, headers?, tags?; the payload is
 -- head .. value .. rest, spliced as text, so no JSON is re-encoded here.
 --
 -- Not on Redis Cluster, where the job's queue, the {P} keys, the flow and the next queue
@@ -79,6 +79,7 @@ if s then
   if s.kind then set[#set + 1] = 'kind'; set[#set + 1] = s.kind end
   if s.lease then set[#set + 1] = 'lease'; set[#set + 1] = s.lease end
   if s.headers then set[#set + 1] = 'headers'; set[#set + 1] = s.headers end
+  if s.tags then set[#set + 1] = 'tags'; set[#set + 1] = s.tags end
   hset(nq.job .. id, set)
   redis.call('ZADD', nq.jobs, id, id)
   make_available(nq, id, at, s.priority, now)

@@ -15,12 +15,12 @@
 -- KEYS[1] {P}:ids   KEYS[2] {P}:index   KEYS[3] {P}:queues   KEYS[4] {P}:server
 -- KEYS[5] {P}:global, only when a job of the batch has unique_scope="global"
 -- KEYS[5 or 6..] one GROUP of keys per distinct queue of the batch (_common.lua)
--- ARGV: 13 values per job, in batch order:
+-- ARGV: 14 values per job, in batch order:
 --   group (1-based number of the job's queue group), queue name, kind (optional),
 --   payload (JSON text), priority, max_attempts, unique_key (optional),
 --   delay (µs from now), run_at (optional, µs since the epoch; wins over delay),
 --   lease (optional, seconds), unique_for (optional, µs), headers (optional, JSON text),
---   global ("1": unique_scope="global", else "0")
+--   tags (optional, JSON array text), global ("1": unique_scope="global", else "0")
 --
 -- Global keys: {P}:global maps a key to the id of the last job enqueued with it under
 -- unique_scope="global". No finishing script touches it: the key is held while that job
@@ -31,7 +31,7 @@
 --
 -- CLUSTER FORM (Redis Cluster, where the {P} keys live in another slot): KEYS is one
 -- queue's GROUP alone; ARGV[1] is "1" for a dry run (decide, write nothing, reply {} or
--- the "full" refusal) or "0"; then 14 values per job: the 13 above (group always 1) and
+-- the "full" refusal) or "0"; then 15 values per job: the 14 above (group always 1) and
 -- the job's id, handed out and indexed beforehand by allocate.lua. A job that turns out
 -- a twin leaves its id unused (ops.py removes it from the index again).
 -- There the global value says what ops.py decided from the {P} slot (design.md §47):
@@ -50,7 +50,7 @@ local cluster = lead == 0
 local global = lead == 5 and KEYS[5]
 local base = lead + 1  -- KEYS index of the first queue GROUP
 local first_arg = cluster and 2 or 1  -- ARGV index of the first job's values
-local N = cluster and 14 or 13
+local N = cluster and 15 or 14
 local now = now_us()
 local created_at = int(now)
 
@@ -108,7 +108,7 @@ for i = first_arg, #ARGV, N do
   local g, unique_key = ARGV[i], opt(ARGV[i + 6])
   if unique_key then
     local q = group(g)
-    local flag = ARGV[i + 12]
+    local flag = ARGV[i + 13]
     local shared = (global or cluster) and flag ~= '0'
     -- group digits never hold ':'; 'G' stands for every queue
     local mine = (shared and 'G' or g) .. ':' .. unique_key
@@ -122,7 +122,7 @@ for i = first_arg, #ARGV, N do
       same[i] = first_of[mine]
     elseif cluster and shared then
       local void = string.sub(q.job, 1, #q.job - 4) .. 'void'  -- "{P:Q}:job:" -> "{P:Q}:void"
-      if redis.call('HEXISTS', void, ARGV[i + 13]) == 1 then
+      if redis.call('HEXISTS', void, ARGV[i + 14]) == 1 then
         voided[i] = void
       else
         first_of[mine] = (i - first_arg) / N + 1
@@ -165,15 +165,16 @@ for i = first_arg, #ARGV, N do
     out[#out + 1] = out[2 * same[i] - 1]  -- that job's id: ids and flags alternate
     out[#out + 1] = 0
   elseif voided[i] then
-    redis.call('HDEL', voided[i], ARGV[i + 13])  -- its producer now knows: never written
-    out[#out + 1] = tonumber(ARGV[i + 13])
+    redis.call('HDEL', voided[i], ARGV[i + 14])  -- its producer now knows: never written
+    out[#out + 1] = tonumber(ARGV[i + 14])
     out[#out + 1] = 2
   else
     local q = group(ARGV[i])
     local queue, kind, payload = ARGV[i + 1], opt(ARGV[i + 2]), ARGV[i + 3]
     local priority, unique_key = ARGV[i + 4], opt(ARGV[i + 6])
     local run_at, lease, headers = opt(ARGV[i + 8]), opt(ARGV[i + 9]), opt(ARGV[i + 11])
-    local id = cluster and ARGV[i + 13] or int(redis.call('INCR', KEYS[1]))
+    local tags = opt(ARGV[i + 12])
+    local id = cluster and ARGV[i + 14] or int(redis.call('INCR', KEYS[1]))
     local at = run_at or int(now + tonumber(ARGV[i + 7]))
     local key = q.job .. id
     local set = {'id', id, 'queue', queue, 'payload', payload, 'priority', priority,
@@ -182,10 +183,11 @@ for i = first_arg, #ARGV, N do
     if kind then set[#set + 1] = 'kind'; set[#set + 1] = kind end
     if lease then set[#set + 1] = 'lease'; set[#set + 1] = lease end
     if headers then set[#set + 1] = 'headers'; set[#set + 1] = headers end
+    if tags then set[#set + 1] = 'tags'; set[#set + 1] = tags end
     if unique_key then
       set[#set + 1] = 'unique_key'; set[#set + 1] = unique_key
       redis.call('HSET', q.unique, unique_key, id)
-      if global and ARGV[i + 12] == '1' then redis.call('HSET', global, unique_key, id) end
+      if global and ARGV[i + 13] == '1' then redis.call('HSET', global, unique_key, id) end
     end
     hset(key, set)
     redis.call('ZADD', q.jobs, id, id)

@@ -11,6 +11,7 @@
 -- ARGV[5] priority   ARGV[6] max_attempts   ARGV[7] delay (µs from now)
 -- ARGV[8] lease (optional, seconds)   ARGV[9] headers (optional, JSON text)
 -- ARGV[10] the completed step's job id (with its handoff key)
+-- ARGV[11] tags (optional, JSON array text)
 -- Publishes: the queue on P:wake when the job is due now (_common.lua)
 -- Returns: 1 written now, 0 it existed
 
@@ -28,6 +29,8 @@ if redis.call('EXISTS', key) == 0 then
   if kind then set[#set + 1] = 'kind'; set[#set + 1] = kind end
   if lease then set[#set + 1] = 'lease'; set[#set + 1] = lease end
   if headers then set[#set + 1] = 'headers'; set[#set + 1] = headers end
+  local tags = ARGV[11] and opt(ARGV[11])
+  if tags then set[#set + 1] = 'tags'; set[#set + 1] = tags end
   hset(key, set)
   redis.call('ZADD', q.jobs, id, id)
   make_available(q, id, at, ARGV[5], now)
