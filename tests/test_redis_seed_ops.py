@@ -56,7 +56,7 @@ def test_new_keys_are_the_documented_ones(rq: leaseq.Queue, server: Any, prefix:
     rq.enqueue("q", max_attempts=1)
     rq.nack(rq.dequeue("q", worker_id="w")[0], "boom")  # dead: filed in buried
     parts = "|".join(re.escape(p) + ("[0-9]+" if p == "job:" else "") for p in QUEUE_PARTS)
-    schema = re.compile(rf"\{{{prefix}\}}:(ids|index|queues|configured)"
+    schema = re.compile(rf"\{{{prefix}\}}:(ids|index|queues|configured|epoch)"
                         rf"|\{{{prefix}:q\}}:({parts})")
     found = keys_of(server, prefix)
     assert all(schema.fullmatch(key) for key in found), found
