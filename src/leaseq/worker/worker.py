@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from leaseq import _hooks, _listen, _outage, tracing
 from leaseq import _wakeup as wakeup
@@ -79,6 +79,7 @@ from leaseq.worker.threads import HandlerThreads
 if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
 
+T = TypeVar("T")
 log = logging.getLogger("leaseq.worker")
 
 ASYNC_CONCURRENCY = 1000
@@ -666,32 +667,28 @@ class Worker(Heartbeats):
     async def _due(self, aq: AsyncQueue) -> bool:
         """A burst run: whether a job of its queues is due now (held back by a limit or
         not; design §53). True when the database does not answer: the run waits for it."""
-        self._fetching = True
-        try:
-            return await aq._due_now(self.queues)
-        except LeaseqError as exc:
-            log.log(_outage.level_for(exc), "due-job lookup failed, polling again: %s", exc)
-            return True
-        except asyncio.CancelledError:
-            if not self._cut:
-                raise
-            return False  # the stop gave up on it (_cut_fetch); the loop ends next
-        finally:
-            self._fetching = False
+        return await self._lookup(aq._due_now(self.queues), "due-job", True, False)
 
     async def _next_due(self, aq: AsyncQueue) -> float | None:
+        # Asked only after a claim that worked, so rare: the database went away between
+        # the two (logged as a failed claim is).
+        return await self._lookup(aq.next_due(self.queues), "next-due", None, None)
+
+    async def _lookup(self, call: Coroutine[Any, Any, T], what: str, failed: T, cut: T
+                      ) -> T:
+        """A read the fetch loop makes between claims, as a fetch (``_cut_fetch`` may end
+        it at a stop): ``failed`` when the database did not answer, ``cut`` when the stop
+        gave up on it (the loop ends next)."""
         self._fetching = True
         try:
-            return await aq.next_due(self.queues)
+            return await call
         except LeaseqError as exc:
-            # Asked only after a claim that worked, so rare: the database went away
-            # between the two (a warning, as a failed claim gets).
-            log.log(_outage.level_for(exc), "next-due lookup failed, polling instead: %s", exc)
-            return None
+            log.log(_outage.level_for(exc), "%s lookup failed, polling again: %s", what, exc)
+            return failed
         except asyncio.CancelledError:
             if not self._cut:
                 raise
-            return None  # the stop gave up on it (_cut_fetch); the loop ends next
+            return cut
         finally:
             self._fetching = False
 
