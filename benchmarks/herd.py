@@ -366,7 +366,7 @@ def taking_turns(url: str, n: int) -> bool:
     """Whether the ``n`` workers are idle and taking turns (``leaseq.worker.turn``): one holds
     the queue's turn and the others wait for it (PostgreSQL: in the advisory lock's
     queue; Redis: blocked on the relay list)."""
-    from leaseq.worker import turn as _turn
+    from leaseq.backends.postgres import listen as pg_turn
 
     if url.startswith("redis"):
         import redis
@@ -394,7 +394,7 @@ def taking_turns(url: str, n: int) -> bool:
         rows = conn.execute(
             "SELECT granted, count(*) FROM pg_locks WHERE locktype = 'advisory' "
             "AND classid = %s AND objid::bigint = %s GROUP BY granted",
-            (_turn.LOCK_CLASS, _turn.lock_key(PREFIX, [QUEUE]) % 2**32)).fetchall()
+            (pg_turn.LOCK_CLASS, pg_turn.lock_key(PREFIX, [QUEUE]) % 2**32)).fetchall()
     found = {granted: int(count) for granted, count in rows}
     return found.get(True) == 1 and found.get(False, 0) >= n - 1
 
@@ -409,9 +409,9 @@ def my_connect(url: str) -> Any:
 
 def my_lock(url: str) -> str:
     """The named lock of the herd queue's turn on the MariaDB at ``url``."""
-    from leaseq.worker import turn as _turn
+    from leaseq.backends.mysql import turn as mysql_turn
 
-    return _turn.lock_name(url.rsplit("/", 1)[1].split("?")[0], PREFIX, [QUEUE])
+    return mysql_turn.lock_name(url.rsplit("/", 1)[1].split("?")[0], PREFIX, [QUEUE])
 
 
 def completed(q: leaseq.Queue) -> int:

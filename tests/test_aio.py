@@ -8,12 +8,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import leaseq
-from leaseq import _listen
+from leaseq import backends
 from leaseq._aio import wait_event
 
 
@@ -59,7 +60,8 @@ async def _stubborn(url: str, prefix: str, queues: object, wake: object,
 
 @pytest.fixture
 def stubborn(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_listen, "listener_for", lambda backend: _stubborn)
+    caps = backends._CAPABILITIES["sqlite"]
+    monkeypatch.setitem(backends._CAPABILITIES, "sqlite", replace(caps, listener=_stubborn))
 
 
 def test_a_cancelled_async_wait_ends_though_its_listener_loses_the_cancel(

@@ -104,7 +104,7 @@ def test_wake_up_costs_claims_per_job_not_per_worker(server: str, tmp_path: Path
 
 
 def _take_the_turn_away(url: str) -> None:
-    from leaseq.worker import turn as _turn
+    from leaseq.backends.postgres import listen as pg_turn
 
     if url.startswith("redis"):
         import redis
@@ -128,5 +128,5 @@ def _take_the_turn_away(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         killed = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
-            "AND classid = %s AND granted", (_turn.LOCK_CLASS,)).fetchall()
+            "AND classid = %s AND granted", (pg_turn.LOCK_CLASS,)).fetchall()
     assert killed == [(True,)]

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["leaseq._core", "leaseq.errors", "leaseq.outcomes"]),
     ("backends", ["leaseq.backends"]),
     ("client", ["leaseq._client", "leaseq._aclient", "leaseq._shared", "leaseq._conn",
-                "leaseq._listen", "leaseq._outage", "leaseq._results", "leaseq._wakeup",
+                "leaseq._listen", "leaseq._results", "leaseq._wakeup",
                 "leaseq._aio",
                 "leaseq._group", "leaseq._hooks", "leaseq._typed", "leaseq.tracing",
                 "leaseq.metrics"]),
@@ -119,3 +119,74 @@ def test_the_checker_sees_hidden_imports(tmp_path: Path) -> None:
     assert layer("leaseq.probe") == -1  # unplaced: test_every_module_has_a_layer says so
     assert [layer(m) for m in ("leaseq.tasks", "leaseq.flows", "leaseq.worker.worker",
                                "leaseq._core.schedule", "leaseq")] == [3, 4, 5, 0, 6]
+
+
+# -- capabilities, not names (issue 31, item 3; design §66) -----------------------------
+
+CONTRACT = {"leaseq.backends", "leaseq.backends.base", "leaseq.backends.capabilities"}
+"""What the rest of leaseq may import of ``leaseq.backends``: the registry
+(``create_backend``, ``capabilities_for``, ``ddl``) and the contract's types."""
+
+BACKEND_NAMES = {"memory", "sqlite", "postgres", "postgresql", "mysql", "mariadb", "redis",
+                 "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel",
+                 "rediss+sentinel"}
+
+
+def named_backend(node: ast.AST) -> bool:
+    """Whether an expression is a backend or scheme name, or names one: ``"mysql"``,
+    ``("postgresql", "postgres")``, ``"+cluster://"``, ``aq.backend``, ``x.name`` of a
+    backend..."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value.lower()
+        return (text in BACKEND_NAMES or text.rstrip(":/") in BACKEND_NAMES
+                or "+cluster" in text or "+sentinel" in text)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(named_backend(element) for element in node.elts)
+    return isinstance(node, ast.Attribute) and node.attr == "backend"
+
+
+def name_comparisons(path: Path) -> list[str]:
+    """``file:line`` of each comparison in ``path`` of a backend or scheme name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare) and any(
+                named_backend(side) for side in [node.left, *node.comparators]):
+            where = path.relative_to(SRC) if path.is_relative_to(SRC) else path.name
+            found.append(f"{where}:{node.lineno}")
+    return found
+
+
+def outside_backends() -> dict[str, Path]:
+    return {name: path for name, path in modules().items()
+            if name != "leaseq.backends" and not name.startswith("leaseq.backends.")}
+
+
+def test_no_module_outside_backends_imports_a_concrete_backend() -> None:
+    """The worker, the clients and the CLI reach a backend's listener, turn, DDL and
+    drivers through ``Capabilities``, never by importing its modules."""
+    known = set(modules())
+    found = [f"{name} imports {target}"
+             for name, path in outside_backends().items()
+             for target in sorted(imported(name, path, known))
+             if target.startswith("leaseq.backends") and target not in CONTRACT]
+    assert not found, "\n".join(found)
+
+
+def test_no_module_outside_backends_compares_a_backend_or_scheme_name() -> None:
+    """What differs per backend is a capability (``backends/capabilities.py``); the
+    public ``Queue.backend`` stays a name to show, never one to branch on."""
+    found = [where for path in outside_backends().values() for where in name_comparisons(path)]
+    assert not found, "backend names compared outside backends/:\n" + "\n".join(found)
+
+
+def test_the_name_check_sees_each_way_of_comparing(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "a = aq.backend == 'x'\n"
+        "b = scheme not in ('postgresql', 'postgres')\n"
+        "c = '+cluster://' not in url\n"
+        "d = name != 'memory'\n"
+        "e = request.url.scheme == 'https'\n"  # HTTP's scheme is no backend's
+        "f = vendor in urls\n")
+    lines = [int(where.rsplit(":", 1)[1]) for where in name_comparisons(source)]
+    assert lines == [1, 2, 3, 4]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 import leaseq
-from leaseq import _listen
+from leaseq.backends import capabilities_for
 from leaseq.backends.postgres.url import parse
 from tests.conftest import require
 from tests.helpers import PGBOUNCER_URL, POSTGRES_URL, drop_tables, new_prefix, running, wait_for
@@ -83,11 +83,16 @@ def test_leaseqs_parameters_are_taken_out_and_the_rest_kept_as_written() -> None
     assert target.listen_url == "postgresql://u:p%40ss@h:5432/db"
     assert parse("postgresql://h/db?pgbouncer=false") == leaseq_url("postgresql://h/db")
     assert parse("postgresql://h/db") == leaseq_url("postgresql://h/db")
-    assert _listen.push_url("postgresql://h/db?pgbouncer=1", None) is None
-    assert _listen.push_url("postgresql://h/db?pgbouncer=true", "postgres://d/db") == \
+    assert push_url("postgresql://h/db?pgbouncer=1", None) is None
+    assert push_url("postgresql://h/db?pgbouncer=true", "postgres://d/db") == \
         "postgres://d/db"
-    assert _listen.push_url("postgresql://h/db?x=1", None) == "postgresql://h/db?x=1"
-    assert _listen.push_url("redis://h:6379/0", None) == "redis://h:6379/0"
+    assert push_url("postgresql://h/db?x=1", None) == "postgresql://h/db?x=1"
+    assert push_url("redis://h:6379/0", None) == "redis://h:6379/0"
+
+
+def push_url(url: str, listen_url: str | None) -> str | None:
+    """Where a client of ``url`` listens, as its backend's capabilities say."""
+    return capabilities_for(url).push_url(url, listen_url)
 
 
 def leaseq_url(dsn: str) -> Any:
@@ -106,7 +111,7 @@ def test_bad_pooler_options_are_configuration_errors(
     url: str, listen: str | None, says: str
 ) -> None:
     with pytest.raises(leaseq.ConfigurationError, match=says):
-        _listen.push_url(url, listen)
+        push_url(url, listen)
 
 
 def test_the_listen_url_setting_keeps_its_password_out_of_reprs() -> None:

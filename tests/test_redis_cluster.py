@@ -256,7 +256,7 @@ def test_a_publish_on_any_node_wakes_a_listener_on_another(prefix: str, first: s
     """The listener subscribes on the first node the URL names that answers; jobs of
     queues on each of the three primaries wake it (classic pub/sub is cluster-wide)."""
     require("redis_cluster")
-    from leaseq._listen import listen_redis
+    from leaseq.backends.redis.listen import listen as listen_redis
 
     host = REDIS_CLUSTER_URL.split("://", 1)[1].split("/")[0]
     listen_url = f"redis+cluster://{first}{host}"

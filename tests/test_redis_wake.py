@@ -26,9 +26,10 @@ from tests.helpers import REDIS_URL, wait_for
 
 redis = pytest.importorskip("redis")
 
-from leaseq import _listen as listen_module  # noqa: E402
-from leaseq._listen import REDIS_CLIENT_NAME, listen_redis  # noqa: E402
+from leaseq.backends.redis import listen as listen_module  # noqa: E402
 from leaseq.backends.redis.keys import Keys  # noqa: E402  (needs redis-py)
+from leaseq.backends.redis.listen import REDIS_CLIENT_NAME  # noqa: E402
+from leaseq.backends.redis.listen import listen as listen_redis  # noqa: E402
 from tests import test_redis_backend as redis_backend_tests  # noqa: E402
 from tests.test_redis_backend import PrivateRedis  # noqa: E402  (a redis-server of our own)
 

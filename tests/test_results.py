@@ -160,7 +160,7 @@ def test_wait_async(q: leaseq.Queue) -> None:
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-        assert not q._results_hub(q.backend).waiting
+        assert not q._results_hub().waiting
 
     asyncio.run(main())
 
@@ -187,7 +187,7 @@ def test_a_cancel_a_read_swallowed_still_ends_the_async_wait(q: leaseq.Queue) ->
                         pass  # what the driver's wait_for does when its call ends then
                 return await aq.get(job_id)
 
-            hub = aq._results_hub(aq.backend)
+            hub = aq._results_hub()
             waiting = asyncio.ensure_future(
                 _results.wait_async(swallowing_get, hub, pending.id, 60.0))
             await asyncio.wait_for(reading.wait(), 10)
@@ -227,7 +227,7 @@ def test_many_waiters_share_one_listener(q: leaseq.Queue, prefix: str) -> None:
     threads = [threading.Thread(target=wait_in_thread, args=(i,)) for i in ids[:20]]
     for thread in threads:
         thread.start()
-    hub = q._results_hub(q.backend)
+    hub = q._results_hub()
 
     def finish_all() -> None:
         while len(hub._slots) < 20:  # the registered waiters, read only
@@ -261,7 +261,7 @@ def test_close_ends_a_wait(backend: str, url: str, prefix: str) -> None:
 
     thread = threading.Thread(target=wait)
     thread.start()
-    hub = client._results_hub(client.backend)
+    hub = client._results_hub()
     while not hub.waiting:
         threading.Event().wait(0.01)
     client.close()

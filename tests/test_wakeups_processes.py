@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from leaseq.worker import turn as _turn
+from leaseq.backends.mysql import turn as mysql_turn
+from leaseq.backends.postgres import listen as pg_turn
 from tests._processes import WorkerFleet
 from tests.conftest import require
 from tests.helpers import wait_for
@@ -47,7 +48,7 @@ def turn_holder(fleet: WorkerFleet) -> object | None:
         import pymysql
 
         parts = urlsplit(fleet.url)
-        name = _turn.lock_name(parts.path.lstrip("/"), fleet.prefix, [QUEUE])
+        name = mysql_turn.lock_name(parts.path.lstrip("/"), fleet.prefix, [QUEUE])
         with pymysql.connect(host=parts.hostname, port=parts.port or 3306,
                              user=parts.username, password=parts.password or "") as conn:
             cur = conn.cursor()
@@ -61,7 +62,7 @@ def turn_holder(fleet: WorkerFleet) -> object | None:
             found = pg.execute(
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
                 "AND objid::bigint = %s AND granted",
-                (_turn.LOCK_CLASS, _turn.lock_key(fleet.prefix, [QUEUE]) % 2**32)).fetchone()
+                (pg_turn.LOCK_CLASS, pg_turn.lock_key(fleet.prefix, [QUEUE]) % 2**32)).fetchone()
         return None if found is None else found[0]
     import redis
 

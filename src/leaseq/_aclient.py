@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseq import _listen, _results, _wakeup
+from leaseq import _results, _wakeup
 from leaseq import tracing as _tracing
 from leaseq._aio import wait_event
 from leaseq._conn import acaller_connection
@@ -58,7 +58,7 @@ class AsyncQueue(Shared):
         self._backend: AsyncBackend = create_backend(url, settings, use_async=True)
         self._wakers: set[asyncio.Event] = set()
         self._result_waiter = _results.AsyncQueueWaiter(self)
-        self._group = (AsyncGroupCommit(self._write) if grouped(self._backend, settings)
+        self._group = (AsyncGroupCommit(self._write) if grouped(self._caps, settings)
                        else None)
 
     @property
@@ -123,7 +123,7 @@ class AsyncQueue(Shared):
         """See ``Queue._caller``."""
         if conn is None and self.default_conn is not None:
             conn = self.default_conn()
-        return None if conn is None else await acaller_connection(conn, self.backend)
+        return None if conn is None else await acaller_connection(conn, self._caps)
 
     async def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """See ``Queue._enqueue_traced``."""
@@ -211,7 +211,7 @@ class AsyncQueue(Shared):
 
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._wakers.add(woken)
-        listener = _listen.listener_for(self.backend)
+        listener = self._caps.listener
         url = None if listener is None else self._push_url()
         done = asyncio.Event()
         pushed = None if listener is None or url is None else asyncio.ensure_future(
@@ -410,7 +410,7 @@ class AsyncQueue(Shared):
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Any:
         """See ``Queue.wait``. Cancel-safe: a cancelled wait leaves nothing behind."""
-        hub = self._results_hub(self.backend)
+        hub = self._results_hub()
         return await _results.wait_async(self.get, hub, self._job_id(job_id),
                                          _results.check_timeout(timeout), self._wakers)
 

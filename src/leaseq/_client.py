@@ -59,7 +59,7 @@ class Queue(Shared):
         self._backend: Backend = create_backend(url, settings, use_async=False)
         self._configs_lock = threading.Lock()
         self._result_waiter = _results.QueueWaiter(self)
-        self._group = GroupCommit(self._write) if grouped(self._backend, settings) else None
+        self._group = GroupCommit(self._write) if grouped(self._caps, settings) else None
 
     @property
     def backend(self) -> str:
@@ -178,7 +178,7 @@ class Queue(Shared):
         """The DB-API connection to write in: ``conn`` unwrapped, else ``default_conn``'s."""
         if conn is None and self.default_conn is not None:
             conn = self.default_conn()
-        return None if conn is None else caller_connection(conn, self.backend)
+        return None if conn is None else caller_connection(conn, self._caps)
 
     def _enqueue_traced(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """``enqueue_many`` inside a producer span whose context the jobs carry."""
@@ -287,7 +287,7 @@ class Queue(Shared):
 
         unsubscribe = _wakeup.subscribe(self._wake_key, wake)
         self._waiting.add(woken)
-        listener = _listen.listener_for(self.backend)
+        listener = self._caps.listener
         url = None if listener is None else self._push_url()
         done = threading.Event()
         pushed = None if listener is None or url is None else _listen.InThread(
@@ -525,7 +525,7 @@ class Queue(Shared):
             TimeoutError: ``timeout`` seconds passed before it finished.
             JobNotFound: No job has this id (or its history was pruned).
         """
-        return _results.wait(self.get, self._results_hub(self.backend), self._job_id(job_id),
+        return _results.wait(self.get, self._results_hub(), self._job_id(job_id),
                              _results.check_timeout(timeout), self._waiting)
 
     def result(self, job_id: int) -> Any:

@@ -20,29 +20,16 @@ import sys
 import weakref
 from typing import Any
 
+from leaseq.backends.capabilities import Capabilities
 from leaseq.errors import ConfigurationError
-
-# SQLAlchemy dialect name -> the leaseq backend that can join its connections, and the
-# drivers that backend joins (sync, async). Others (psycopg2, asyncpg, asyncmy, ...) hand
-# over connections leaseq's backends cannot drive.
-_DIALECTS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql", "sqlite": "sqlite"}
-_DRIVERS = {
-    "postgres": ({"psycopg"}, {"psycopg", "psycopg_async"}),
-    "mysql": ({"pymysql", "mysqldb"}, {"aiomysql"}),
-    "sqlite": ({"pysqlite"}, {"aiosqlite"}),
-}
-_URLS = {
-    "postgres": ("postgresql+psycopg://", "postgresql+psycopg://"),
-    "mysql": ("mysql+pymysql://", "mysql+aiomysql://"),
-    "sqlite": ("sqlite:///", "sqlite+aiosqlite:///"),
-}
 
 # aiosqlite connections already seen usable from another thread (see _aiosqlite).
 _cross_thread: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def caller_connection(conn: Any, backend: str | None = None) -> Any:
-    """The DB-API connection that ``conn`` is or wraps, for a ``Queue`` on ``backend``.
+def caller_connection(conn: Any, caps: Capabilities | None = None) -> Any:
+    """The DB-API connection that ``conn`` is or wraps, for a ``Queue`` on a backend with
+    ``caps`` (None: any).
 
     A SQLAlchemy ``Connection`` or ``Session`` (or ``scoped_session``) gives its driver
     connection, inside its transaction (begun here if it was not yet); a pooled raw
@@ -77,13 +64,13 @@ def caller_connection(conn: Any, backend: str | None = None) -> Any:
         raise _unknown_error(conn)
     if conn.closed:
         raise ConfigurationError("conn is a closed SQLAlchemy Connection")
-    _check_dialect(conn.dialect, backend, is_async=False)
+    _check_dialect(conn.dialect, caps, is_async=False)
     if not conn.in_transaction():
         conn.begin()  # what SQLAlchemy's autobegin does on the first statement
     return conn.connection.driver_connection
 
 
-async def acaller_connection(conn: Any, backend: str | None = None) -> Any:
+async def acaller_connection(conn: Any, caps: Capabilities | None = None) -> Any:
     """The asyncio driver connection that ``conn`` is or wraps, for an ``AsyncQueue``.
 
     A SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` (or ``async_scoped_session``)
@@ -95,7 +82,7 @@ async def acaller_connection(conn: Any, backend: str | None = None) -> Any:
         ConfigurationError: as ``caller_connection``, for a sync SQLAlchemy object too.
     """
     if isinstance(conn, _aiosqlite_type()):
-        return await _aiosqlite(conn, backend)
+        return await _aiosqlite(conn, caps)
     if not _is_sqlalchemy(conn):
         return conn
     from sqlalchemy.ext.asyncio import (
@@ -108,7 +95,7 @@ async def acaller_connection(conn: Any, backend: str | None = None) -> Any:
 
     if isinstance(conn, PoolProxiedConnection):
         # await async_conn.get_raw_connection(): the caller drives it itself.
-        return await _driver(conn.driver_connection, backend)
+        return await _driver(conn.driver_connection, caps)
     if isinstance(conn, (AsyncSession, async_scoped_session)):
         conn = await conn.connection()  # begins the session's transaction when it has none
     elif isinstance(conn, AsyncEngine):
@@ -123,17 +110,17 @@ async def acaller_connection(conn: Any, backend: str | None = None) -> Any:
         )
     if conn.closed:
         raise ConfigurationError("conn is a closed SQLAlchemy AsyncConnection")
-    _check_dialect(conn.dialect, backend, is_async=True)
+    _check_dialect(conn.dialect, caps, is_async=True)
     if not conn.in_transaction():
         await conn.begin()  # what SQLAlchemy's autobegin does on the first statement
     raw = await conn.get_raw_connection()
-    return await _driver(raw.driver_connection, backend)
+    return await _driver(raw.driver_connection, caps)
 
 
-async def _driver(driver: Any, backend: str | None) -> Any:
+async def _driver(driver: Any, caps: Capabilities | None) -> Any:
     """An asyncio driver connection as the backend joins it."""
     if isinstance(driver, _aiosqlite_type()):
-        return await _aiosqlite(driver, backend)
+        return await _aiosqlite(driver, caps)
     return driver
 
 
@@ -163,21 +150,23 @@ def _unknown_error(conn: Any) -> ConfigurationError:
     )
 
 
-def _check_dialect(dialect: Any, backend: str | None, is_async: bool) -> None:
+def _check_dialect(dialect: Any, caps: Capabilities | None, is_async: bool) -> None:
     """Refuses a connection to another kind of database, or through another driver,
     than the queue's backend drives: the job would be written somewhere else, or not."""
     name, driver = dialect.name, dialect.driver
-    if backend is None:
+    if caps is None:
         return
-    if _DIALECTS.get(name) != backend:
+    drivers = caps.drivers
+    if drivers is None or name not in drivers.dialects:
         raise ConfigurationError(
             f"conn is a SQLAlchemy connection to {name} ({name}+{driver}), but this queue "
-            f"is on {backend}: conn= joins a transaction of the queue's own database"
+            f"is on {caps.name}: conn= joins a transaction of the queue's own database"
         )
-    if driver not in _DRIVERS[backend][is_async]:
+    if driver not in (drivers.async_ if is_async else drivers.sync):
         raise ConfigurationError(
             f"conn is a SQLAlchemy connection through {name}+{driver}, a driver leaseq "
-            f"cannot write with: use a {_URLS[backend][is_async]} URL for the engine"
+            f"cannot write with: use a {drivers.async_url if is_async else drivers.sync_url} "
+            "URL for the engine"
         )
 
 
@@ -187,7 +176,7 @@ def _aiosqlite_type() -> type[Any] | tuple[()]:
     return () if module is None else module.Connection
 
 
-async def _aiosqlite(conn: Any, backend: str | None) -> sqlite3.Connection:
+async def _aiosqlite(conn: Any, caps: Capabilities | None) -> sqlite3.Connection:
     """The ``sqlite3.Connection`` an aiosqlite connection runs in its own thread.
 
     An AsyncQueue on SQLite runs each operation in a worker thread
@@ -196,9 +185,9 @@ async def _aiosqlite(conn: Any, backend: str | None) -> sqlite3.Connection:
     ``aiosqlite.connect`` does not unless told. The caller awaits this enqueue or ack,
     so aiosqlite's own thread is idle with it meanwhile.
     """
-    if backend not in (None, "sqlite"):
+    if caps is not None and (caps.drivers is None or not caps.drivers.joins_aiosqlite):
         raise ConfigurationError(
-            f"conn is an aiosqlite connection, but this queue is on {backend}: conn= joins "
+            f"conn is an aiosqlite connection, but this queue is on {caps.name}: conn= joins "
             "a transaction of the queue's own database"
         )
     try:

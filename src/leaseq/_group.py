@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable
 
 from leaseq._core.job import EnqueueResult
 from leaseq._core.settings import Settings
-from leaseq.backends.base import AsyncBackend, Backend, NewJob
+from leaseq.backends.base import NewJob
+from leaseq.backends.capabilities import Capabilities
 from leaseq.errors import BackendUnavailable, ClientClosed, NotReplicated, SchemaMissing
 
 MAX_BATCH = 1000
@@ -260,8 +261,8 @@ class AsyncGroupCommit:
             self._next_batch()
 
 
-def grouped(backend: Backend | AsyncBackend, settings: Settings) -> bool:
+def grouped(caps: Capabilities, settings: Settings) -> bool:
     """Whether a client's lone enqueues go through group commit: ``Settings.group_commit``,
-    on every backend with a commit to share (not memory, where a write is a dict update
-    under a lock)."""
-    return settings.group_commit and backend.name != "memory"
+    on every backend with a commit to share (``Capabilities.group_commit``: not memory,
+    where a write is a dict update under a lock)."""
+    return settings.group_commit and caps.group_commit

@@ -45,6 +45,7 @@ from leaseq._aio import CancelWatch, wait_event
 from leaseq._core import validate as v
 from leaseq._core.job import EnqueueResult, JobInfo, ResultWaiter
 from leaseq._core.settings import Settings
+from leaseq.backends.capabilities import DoneListener
 from leaseq.errors import (
     AuthenticationFailed,
     BackendUnavailable,
@@ -120,9 +121,9 @@ class Slot:
 class Hub:
     """The waiters of one process on one database, and the listener that wakes them."""
 
-    def __init__(self, url: str | None, prefix: str, backend: str) -> None:
+    def __init__(self, url: str | None, prefix: str, listener: DoneListener | None) -> None:
         self.url, self.prefix = url, prefix  # url: where to listen, None to poll only
-        self._listener = None if url is None else _listen.done_listener_for(backend)
+        self._listener = None if url is None else listener
         self._lock = threading.Lock()
         self._slots: dict[int, list[Slot]] = {}
         self._thread: _listen.InThread | None = None
@@ -207,14 +208,14 @@ _hubs: dict[tuple[str, str], Hub] = {}
 _hubs_lock = threading.Lock()
 
 
-def hub(url: str, prefix: str, backend: str, listen_url: str | None) -> Hub:
+def hub(url: str, prefix: str, listener: DoneListener | None, listen_url: str | None) -> Hub:
     """The process's hub for the database at ``url`` under table prefix ``prefix``; its
-    listener listens on ``listen_url`` (the client's ``listen_url``; None: the waiters
-    poll)."""
+    ``listener`` (the backend's ``done_listener``) listens on ``listen_url`` (the client's
+    ``listen_url``; None, or no listener: the waiters poll)."""
     found = _hubs.get((url, prefix))
     if found is None:
         with _hubs_lock:
-            found = _hubs.setdefault((url, prefix), Hub(listen_url, prefix, backend))
+            found = _hubs.setdefault((url, prefix), Hub(listen_url, prefix, listener))
     return found
 
 
@@ -404,14 +405,11 @@ class SyncClient(Protocol):
     url: str
     settings: Settings
 
-    @property
-    def backend(self) -> str: ...
-
     def get(self, job_id: int) -> JobInfo: ...
 
     def wait(self, job_id: int, timeout: float | None = None) -> Any: ...
 
-    def _results_hub(self, backend: str) -> Hub: ...
+    def _results_hub(self) -> Hub: ...
 
 
 class AsyncClient(Protocol):
@@ -436,7 +434,7 @@ class QueueWaiter:
         def get(job: int) -> Awaitable[JobInfo]:
             return asyncio.to_thread(queue.get, job)
 
-        where = queue._results_hub(queue.backend)
+        where = queue._results_hub()
         return await wait_async(get, where, job_id, check_timeout(timeout))
 
 

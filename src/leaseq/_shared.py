@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from leaseq import _listen, _results, _wakeup
+from leaseq import _results, _wakeup
 from leaseq._core import flow as _flow
 from leaseq._core import redact
 from leaseq._core import validate as v
@@ -40,6 +40,7 @@ from leaseq._core.job import (
     Undecodable,
 )
 from leaseq._core.settings import Settings
+from leaseq.backends import capabilities_for
 from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome, StepItem
 from leaseq.errors import (
     BackendError,
@@ -198,7 +199,10 @@ class Shared:
         # Integrations (leaseq.contrib.django) set this: a callable giving the connection
         # an enqueue or ack without ``conn=`` joins, or None to use leaseq's own pool.
         self.default_conn: Callable[[], Any] | None = None
-        self._listen_url = _listen.push_url(url, settings.listen_url)
+        # What this kind of backend has besides its operations (push wake-ups, turns,
+        # conn= joins): asked here instead of comparing backend names (design §66).
+        self._caps = capabilities_for(url)
+        self._listen_url = self._caps.push_url(url, settings.listen_url)
         self._said_no_push = False
 
     # -- queue settings cache -------------------------------------------------------------
@@ -539,12 +543,13 @@ class Shared:
         so in the log (once per client)."""
         if self._listen_url is None and not self._said_no_push:
             self._said_no_push = True
-            _log.warning("%s: %s", self, _listen.NO_PUSH)
+            _log.warning("%s: %s", self, self._caps.no_push)
         return self._listen_url
 
-    def _results_hub(self, backend: str) -> _results.Hub:
-        """The waiters of this process on this client's database (of kind ``backend``)."""
-        return _results.hub(self.url, self.settings.table_prefix, backend, self._push_url())
+    def _results_hub(self) -> _results.Hub:
+        """The waiters of this process on this client's database."""
+        return _results.hub(self.url, self.settings.table_prefix,
+                            self._caps.done_listener, self._push_url())
 
     def _finished_items(
         self, items: Sequence[tuple[int, int, str | None]], done: Sequence[bool]

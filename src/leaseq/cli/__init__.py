@@ -23,15 +23,11 @@ import click
 
 import leaseq
 from leaseq._core.url import DEFAULT_URL, URL_ENV, resolve_url
+from leaseq.backends import DDL_DIALECTS
 from leaseq.cli.dashboard import dashboard as dashboard_command
 from leaseq.cli.schedules import schedules as schedules_command
 
 F = TypeVar("F", bound=Callable[..., Any])
-DIALECTS = {
-    "postgres": "leaseq.backends.postgres",
-    "mysql": "leaseq.backends.mysql",
-    "sqlite": "leaseq.backends.sqlite",
-}
 STATES = ("scheduled", "available", "running", "dead", "completed", "cancelled", "discarded")
 
 if TYPE_CHECKING:
@@ -159,30 +155,15 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 
 @cli.command()
-@click.option("--dialect", type=click.Choice(sorted(DIALECTS)), required=True)
+@click.option("--dialect", type=click.Choice(DDL_DIALECTS), required=True)
 @click.option("--table-prefix", default="leaseq_", show_default=True)
 def schema(dialect: str, table_prefix: str) -> None:
     """Print the DDL, for teams that own their migrations (with the SQL enqueue
     function or procedure on postgres and mysql)."""
-    from leaseq.backends._sql.plan import load_migrations
+    from leaseq.backends import ddl
 
     leaseq.Settings(table_prefix=table_prefix)  # validates the prefix
-    for version, name, statements in load_migrations(DIALECTS[dialect], table_prefix):
-        click.echo(f"-- leaseq migration {version:04d}_{name} ({dialect})")
-        for sql in statements:
-            click.echo(sql.rstrip() + ";\n")
-    if dialect in ("postgres", "mysql"):
-        from leaseq.backends._sql.routine import ROUTINE_SIGNATURE, routine_text
-
-        text, mark = routine_text(dialect, table_prefix)
-        click.echo(f"-- leaseq's SQL enqueue entry, {table_prefix}enqueue "
-                   "(docs/enqueue-from-sql-and-http.md)")
-        if dialect == "mysql":  # the mysql client splits at ';' unless told otherwise
-            click.echo(f"DELIMITER //\n{text}\n//\nDELIMITER ;\n")
-        else:
-            click.echo(f"{text};\n")
-            click.echo(f"COMMENT ON FUNCTION {table_prefix}enqueue{ROUTINE_SIGNATURE} "
-                       f"IS '{mark}';\n")
+    click.echo(ddl(dialect, table_prefix))
 
 
 # -- jobs ------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from leaseq import _outage
 from leaseq._aclient import AsyncQueue
+from leaseq._core import outage as _outage
 from leaseq._core.job import Job
 from leaseq.errors import BackendUnavailable, NotReplicated
 

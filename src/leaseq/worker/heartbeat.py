@@ -18,8 +18,8 @@ import threading
 import time
 from datetime import datetime
 
-from leaseq import _outage
 from leaseq._client import Queue
+from leaseq._core import outage as _outage
 from leaseq.errors import (
     JobCancelled,
     LeaseLost,

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from leaseq import _outage
+from leaseq._core import outage as _outage
 from leaseq.errors import ValidationError
 from leaseq.schedules import Schedule
 

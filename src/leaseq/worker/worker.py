@@ -51,10 +51,11 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from leaseq import _hooks, _listen, _outage, tracing
+from leaseq import _hooks, tracing
 from leaseq import _wakeup as wakeup
 from leaseq._aclient import AsyncQueue
 from leaseq._aio import wait_event
+from leaseq._core import outage as _outage
 from leaseq._core import outcome as decide
 from leaseq._core.job import Job, JobState
 from leaseq._core.outcome import Hook, Outcome
@@ -245,7 +246,7 @@ class Worker(Heartbeats):
         self._limits: Callable[[str], bool] = lambda queue: False
         self._aq: AsyncQueue | None = None  # this run's client
         self._turn = turn_.Turn()
-        self._watches = False  # MySQL/MariaDB: the turn's holder polls every WATCH_TICK
+        self._watches = False  # turn_without_push: the turn's holder polls every WATCH_TICK
         self.started = threading.Event()
         """Set once the worker is fetching (for code that runs it in a thread)."""
 
@@ -325,8 +326,8 @@ class Worker(Heartbeats):
         listener = self._listener(aq)
         if listener is not None:
             helpers.append(listener)
-        if listener is not None or aq.backend == "mysql":
-            # MySQL/MariaDB has no push: its turn picks the one idle worker that polls
+        if listener is not None or aq._caps.turn_without_push:
+            # Without push (MySQL/MariaDB) the turn picks the one idle worker that polls
             # quickly (WATCH_TICK) instead of the one that answers wake-ups.
             turns = self._take_turns(aq)
             if turns is not None:
@@ -434,7 +435,7 @@ class Worker(Heartbeats):
         """Push wake-ups, when the backend has them: PostgreSQL LISTEN/NOTIFY (on the
         client's ``listen_url``; none behind a transaction pooler without one), Redis
         pub/sub, SQLite's commit counter. The poll stays as the safety net."""
-        subscribe = _listen.listener_for(aq.backend)
+        subscribe = aq._caps.listener
         url = None if subscribe is None else aq._push_url()
         if subscribe is None or url is None:
             return None
@@ -474,27 +475,21 @@ class Worker(Heartbeats):
 
     def _take_turns(self, aq: AsyncQueue) -> asyncio.Task[None] | None:
         """The idle workers of one queue set take turns answering push wake-ups
-        (``worker/turn.py``): PostgreSQL (an advisory lock) and single-server Redis; on
-        MySQL/MariaDB (a named lock) the holder is the one that polls quickly. Elsewhere
-        (Redis Cluster, SQLite) and in burst runs every worker answers every wake-up."""
+        (``worker/turn.py``) where the backend brings a turn (``Capabilities.take_turns``:
+        PostgreSQL's advisory lock, single-server Redis' key; MySQL/MariaDB's named lock,
+        whose holder is the one that polls quickly). Elsewhere (Redis Cluster, SQLite) and
+        in burst runs every worker answers every wake-up."""
         url = aq._push_url()
         if url is None or self.burst:
             # A burst run stops once it has run jobs and finds its queues empty, so one that
             # never gets a job waits for ever (seen in leaseq bench's drain on a loaded
             # machine, before turns too); turns would make that likelier.
             return None
-        prefix, stopping = self.app.settings.table_prefix, lambda: self.stopping
-        if aq.backend == "postgres":
-            run = turn_.take_turns_pg(url, prefix, self.queues, self._turn, self._wake_soon,
-                                      stopping)
-        elif aq.backend == "mysql":
-            run = turn_.take_turns_mysql(url, prefix, self.queues, self._turn, self._wake_soon,
-                                         stopping)
-        elif aq.backend == "redis" and "+cluster://" not in url.split("?", 1)[0].lower():
-            run = turn_.take_turns_redis(url, prefix, self.queues, self.worker_id,
-                                         self._turn, self._wake_soon, stopping)
-        else:
+        take_turns = aq._caps.take_turns
+        if take_turns is None:
             return None
+        run = take_turns(url, self.app.settings.table_prefix, self.queues, self.worker_id,
+                         self._turn, self._wake_soon, lambda: self.stopping)
         return asyncio.create_task(run, name="leaseq-turn")
 
     def _pushed(self) -> None:
@@ -513,7 +508,7 @@ class Worker(Heartbeats):
         idle = 0.0
         gathered = False
         again = False  # claimed again at once after next_due said a job is due now
-        self._watches = aq.backend == "mysql"
+        self._watches = aq._caps.turn_without_push
         # While watching: when next_due was last read (monotonic) and the due time it gave
         # (None: nothing due), reused between reads, which a wake-up makes stale.
         due_read, due_at = -math.inf, None

@@ -22,6 +22,15 @@ _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
 
+NO_PUSH = (
+    "pgbouncer=true without a listen_url: push wake-ups need a session, so this client's "
+    "waits poll (a worker picks up a new job within its poll interval, 1 s by default; a "
+    "blocking dequeue within 20 ms; a result wait within 0.5 s); add listen_url=<direct "
+    "URL, URL-encoded> to the URL or pass listen_url= for push wake-ups"
+)
+"""Logged once per client that would listen but cannot (``Capabilities.no_push``)."""
+
+
 @dataclass(frozen=True)
 class PostgresUrl:
     """A PostgreSQL URL with leaseq's options taken out.

@@ -105,12 +105,14 @@ def database_url(vendor: str, params: Mapping[str, Any], alias: str = "?") -> st
         ConfigurationError: A backend leaseq does not run on, an in-memory SQLite
             database, or a MySQL database reached through a socket or an option file.
     """
-    if vendor == "sqlite":
-        return _sqlite_url(params, alias)
-    if vendor == "postgresql":
-        return _postgres_url(params)
-    if vendor == "mysql":
-        return _mysql_url(params, alias)
+    # Django's vendor names (connection.vendor), not leaseq's backend names.
+    urls: dict[str, Callable[[], str]] = {
+        "sqlite": lambda: _sqlite_url(params, alias),
+        "postgresql": lambda: _postgres_url(params),
+        "mysql": lambda: _mysql_url(params, alias),
+    }
+    if vendor in urls:
+        return urls[vendor]()
     raise ConfigurationError(
         f"Django database {alias!r} is {vendor}; leaseq runs on PostgreSQL, MySQL/MariaDB "
         "and SQLite (or set settings.LEASEQ['URL'])")
@@ -193,18 +195,20 @@ def joiner(alias: str) -> Callable[[], Any]:
 
 def _driver_connection(vendor: str, conn: Any, alias: str) -> Any:
     """The DB-API connection under Django's, if leaseq can write in it."""
-    module = type(conn).__module__
-    if vendor == "postgresql" and module.split(".")[0] != "psycopg":
-        raise ConfigurationError(
-            f"Django database {alias!r} runs on {module.split('.')[0]}; leaseq joins Django's "
-            "transaction through psycopg 3 only: `pip install 'psycopg[binary]'` (Django "
-            "4.2+ then uses it instead of psycopg2), or enqueue outside transaction.atomic()")
-    if vendor == "mysql" and module.split(".")[0] != "pymysql":
-        raise ConfigurationError(
-            f"Django database {alias!r} runs on {module.split('.')[0]} (mysqlclient); leaseq "
-            "joins Django's transaction through PyMySQL only: call "
-            "pymysql.install_as_MySQLdb() in settings, or enqueue outside "
-            "transaction.atomic()")
+    driver = type(conn).__module__.split(".")[0]
+    # Django's vendor name -> the one driver module leaseq writes with, and how to get it.
+    wanted = {
+        "postgresql": ("psycopg", f"Django database {alias!r} runs on {driver}; leaseq joins "
+                       "Django's transaction through psycopg 3 only: `pip install "
+                       "'psycopg[binary]'` (Django 4.2+ then uses it instead of psycopg2), or "
+                       "enqueue outside transaction.atomic()"),
+        "mysql": ("pymysql", f"Django database {alias!r} runs on {driver} (mysqlclient); "
+                  "leaseq joins Django's transaction through PyMySQL only: call "
+                  "pymysql.install_as_MySQLdb() in settings, or enqueue outside "
+                  "transaction.atomic()"),
+    }.get(vendor)
+    if wanted is not None and driver != wanted[0]:
+        raise ConfigurationError(wanted[1])
     return conn
 
 
