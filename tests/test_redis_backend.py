@@ -147,10 +147,10 @@ def test_lease_tokens_stay_fresh_when_the_server_loses_its_last_writes(
     job_id = rq.enqueue("q").id
     pattern = Keys(prefix).pattern()
     with redis.Redis.from_url(REDIS_URL) as raw:  # DUMP payloads are bytes
-        snapshot = {key: raw.dump(key) for key in raw.scan_iter(match=pattern)}
+        snapshot = {key: raw.dump(key) for key in raw.scan_iter(match=pattern, count=1000)}
         [first] = rq.dequeue("q", worker_id="A")
         # The server "crashes" and comes back without the claim: every key as before it.
-        for key in raw.scan_iter(match=pattern):
+        for key in raw.scan_iter(match=pattern, count=1000):
             raw.delete(key)
         for key, value in snapshot.items():
             raw.restore(key, 0, value, replace=True)
