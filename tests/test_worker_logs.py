@@ -180,6 +180,7 @@ def test_burst_leaves_paused_queues_and_later_retries_alone(env: Env) -> None:
     job = env.q.enqueue("ops", {"amount": 1}, kind="charge").id
     code, out, _ = env.run("--burst")
     assert code == 0, out
+    assert "burst run done (1 job processed)" in out and "1 job processed, 1 failed" in out
     assert env.q.get(job).state == "scheduled"  # its retry, an hour away, did not hold it
     env.q.enqueue("ops", {}, kind="noop")
     env.q.pause("ops")

@@ -371,8 +371,8 @@ class Worker(Heartbeats):
             await self._bounded(aq.close(), "closing connections")
             self._threads.close()
             self._hook_pool.shutdown(wait=False, cancel_futures=True)
-        log.info("worker %s stopped: %d jobs processed, %d failed", self.worker_id,
-                 self.processed, self.failed)
+        log.info("worker %s stopped: %d job%s processed, %d failed", self.worker_id,
+                 self.processed, "" if self.processed == 1 else "s", self.failed)
         if self._abandoned and self._owns_process:
             # Steps given up on still wait on a dead connection, and the event loop's own
             # teardown would wait for their cancellation: the stop is done, so exit.
