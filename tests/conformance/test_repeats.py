@@ -1,10 +1,11 @@
-"""Repeats of nack, release and bury (design §62).
+"""Repeats of nack, release and bury (docs/reliability.md, "When a call's outcome is
+unknown"; design §62).
 
-SPEC "Semantics / Outcome unknown": a ``nack``, ``release`` or ``bury`` whose reply was
-lost may have committed. Called again with the same job (its lease token), it returns
-what the first call returned and changes nothing, for as long as that lease is the job's
-last ended one, which a later claim does not change: the later lease has to end too. Then,
-or for any other token, or another verb with that token, ``LeaseLost`` as before.
+A ``nack``, ``release`` or ``bury`` whose reply was lost (``OutcomeUnknown``) may have
+committed. Called again with the same job (its lease token), it returns what the first
+call returned and changes nothing, for as long as that lease is the job's last ended one,
+which a later claim does not change: the later lease has to end too. Then, or for any
+other token, or another verb with that token, ``LeaseLost`` as before.
 
 Each test walks every case on one set of tables, a queue per case (a backend's fixture
 costs more than a case), and names every case that misbehaved together.
