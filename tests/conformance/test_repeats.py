@@ -120,7 +120,7 @@ def test_once_a_later_lease_ended_a_repeat_is_lease_lost(q):
         queue = f"after-{ending}"
         old = _first(q, "nack", queue)
         end(q, take(q, queue, expect=old.id, worker_id="w2",
-                    lease=0.2 if ending == "expired" else 30))
+                    lease=0.05 if ending == "expired" else 30))
         ended = _snapshot(q, old.id)
         cases = _calls(q, old, VERBS, f"after a later {ending}")
         assert refusals(cases, leaseq.LeaseLost, unchanged=partial(_snapshot, q, old.id)) == {}
