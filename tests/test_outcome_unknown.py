@@ -601,3 +601,26 @@ def test_s6_a_worker_tries_a_failed_ack_again_while_it_holds_the_lease(
     output = worker.output()
     assert output.count("trying again") == 3, output
     assert "outcome not written" not in output, output
+
+
+def test_s6_a_worker_whose_nack_reply_is_lost_repeats_it_and_fails_the_job_once(
+    worker: ProxiedWorker
+) -> None:
+    """The reply to the worker's nack is lost after the commit; the worker repeats the
+    nack while its lease lasts, and the repeat returns what the first one did (design
+    §62): the job is failed once, runs its second attempt once, and completes."""
+    seen: list[str] = []
+    job = worker.direct.enqueue("work", {"n": 7}, kind="fails_once").id
+    rule = worker.proxy.drop_reply(**holder_commit("postgres", "nack", "first-attempt-fails-7"),
+                                   then=lambda: seen.append(state_of(worker.direct, job)()))
+    worker.start()
+    worker.completed(job)
+    assert rule.matched == 1 and worker.proxy.stats.replies_dropped == 1, worker.proxy.stats
+    assert seen and seen[0] in ("scheduled", "available"), seen  # the nack had committed
+    info = worker.direct.get(job)
+    assert (info.attempts, info.result) == (2, 7)
+    assert worker.starts() == [job, job]  # one run per attempt
+    output = worker.output()
+    assert output.count(f"nack of job {job} failed") == 1, output
+    assert "lease lost" not in output and "outcome not written" not in output, output
+
