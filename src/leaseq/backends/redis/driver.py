@@ -21,7 +21,10 @@ cross-slot work into one script per slot (``ops.py``).
 ``redis+sentinel://[user:password@]host[:port][,host[:port]...]/SERVICE[/db]`` names the
 Sentinels of a primary with replicas (``sentinel.py``): the runners then hold redis-py's
 ``master_for`` client, whose new connections ask the Sentinels for the current primary,
-so a failover is followed by the same reconnects as a restart.
+so a failover is followed by the same reconnects as a restart. A server that is not the
+primary (any more) is refused or left (``sentinel.NotPrimary``, a dropped connection to
+the retry policy), and the pool confirms the primary about once a second, so no call is
+served by a replaced primary for longer than that (design §64).
 """
 
 from __future__ import annotations
@@ -205,7 +208,10 @@ class SyncRunner:
         keys = Keys(settings.table_prefix)
         options = {**pool_options(settings, tcp), "redis_connect_func": epoch.Hook(keys)}
         if sentinel is not None:
-            self.client, self.sentinels = sync_client(sentinel, options)
+            # The hook refuses a replica, and the pool runs its check about once a second.
+            hook = epoch.Hook(keys, primary=True)
+            options["redis_connect_func"] = hook
+            self.client, self.sentinels = sync_client(sentinel, options, hook.check)
             self.pool = self.client.connection_pool
             return
         if seeds is not None:
@@ -334,10 +340,10 @@ class AsyncRunner:
         self.slots: asyncio.Semaphore | None = None
         self.wait = settings.connect_timeout
         self.sentinels: Any = None
-        options = {**pool_options(settings, tcp),
-                   "redis_connect_func": epoch.async_hook(Keys(settings.table_prefix))}
+        hook = epoch.AsyncHook(Keys(settings.table_prefix), primary=sentinel is not None)
+        options = {**pool_options(settings, tcp), "redis_connect_func": hook.connect}
         if sentinel is not None:
-            self.client, self.sentinels = async_client(sentinel, options)
+            self.client, self.sentinels = async_client(sentinel, options, hook.check)
             self.pool = self.client.connection_pool
             return
         if seeds is not None:

@@ -8,24 +8,41 @@ primary leaseq writes to; ``sentinel_username`` and ``sentinel_password`` in the
 for the Sentinels themselves, which have a ``requirepass`` of their own (none by default).
 
 The clients are redis-py's ``master_for`` clients: every new connection asks the
-Sentinels for the current primary (``SENTINEL MASTERS``), idle pooled connections to a
-replaced primary are closed when the answer changes, and a ``READONLY`` reply (a demoted
-primary still holding the connection) drops that connection and surfaces as a
-``ConnectionError``, so the next connection rediscovers. Nothing here runs on the hot
-path: the lookup happens only when a connection is opened.
+Sentinels for the current primary (``SENTINEL MASTERS``), and idle pooled connections to a
+replaced primary are closed when the answer changes. That is all redis-py does, so a pool
+whose connections stay open keeps using a replaced primary: one that still believes it
+is the primary (a manual failover leaves it so for about 10 s, a partition for as long
+as it lasts) answers reads and takes writes that the new primary never sees, and one that
+became a replica answers reads from what it holds (its old data, until it has resynced
+from the new primary). Here (design §64), for the primary's
+pool:
+
+- a new connection whose server says it is a replica is refused (``NotPrimary``, from the
+  epoch hook's reply: no extra round trip);
+- a ``READONLY`` reply makes the pool forget the primary and close all its connections
+  to it, not only the one that got it;
+- about once a second (``CONFIRM_EVERY``) the first connection taken from a pool in use
+  asks the Sentinels again, which closes the connections to a replaced primary, and
+  checks that its server still says it is the primary; between two such checks no call
+  pays anything (a comparison of two floats);
+- the async pool closes a connection to a replaced primary when it is given back, as the
+  sync one does (redis-py's async pool never asks).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.asyncio.sentinel
 import redis.connection
 import redis.sentinel
@@ -169,11 +186,198 @@ def _sentinel_kwargs(target: Target, timeout: float | None) -> dict[str, Any]:
             "retry": Retry(NoBackoff(), 0), **target.sentinel_options}
 
 
+CONFIRM_EVERY = 1.0
+"""Seconds between two confirmations of the primary by a pool in use: the first
+connection taken after this long asks the Sentinels which node is the primary and checks
+that its own server says it is one. So a call that starts more than about this long after
+the Sentinels switched to a new primary (``+switch-master``) is served by it (design
+§64): one question to a Sentinel and one script run per second and pool, never one per
+call."""
+CONFIRM_BACKOFF = 30.0
+"""At most this many seconds between two confirmations while no Sentinel answers
+(doubling from ``CONFIRM_EVERY``): the primary may well be fine, and a Sentinel that
+does not answer holds the call that asks it up to ``connect_timeout`` per Sentinel."""
+Check = Callable[[Any], Any]
+"""The epoch hook's ``check``: runs on a connection, raises ``NotPrimary`` on a replica."""
+
+
+class NotPrimary(redis.exceptions.ConnectionError):
+    """The server a Sentinel client's connection reached is not the primary: a replica
+    (seen when the connection opened, or at a confirmation) or a demoted primary that
+    answered ``READONLY``. A ``ConnectionError``, so the call is handled as after a
+    dropped connection: a repeatable one runs again on a new connection, which asks the
+    Sentinels again; a write that is not repeated raises ``OutcomeUnknown``."""
+
+
+class Schedule:
+    """When a pool next confirms the primary (``CONFIRM_EVERY``), backing off while no
+    Sentinel answers (``CONFIRM_BACKOFF``). Shared by the threads of a sync pool: ``due``
+    is true for one caller per period. ``clock``: seconds, ``time.monotonic`` but in
+    tests."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        # Not at once: a new pool has no connection, and each new one asks the Sentinels.
+        self.next = clock() + CONFIRM_EVERY
+        self.failures = 0
+        self.lock = threading.Lock()
+
+    def due(self) -> bool:
+        """True, once, when a confirmation is due; the next is then due a period later."""
+        now = self.clock()
+        if now < self.next:  # the hot path: no lock
+            return False
+        with self.lock:
+            if now < self.next:
+                return False  # another thread took this one
+            self.next = now + CONFIRM_EVERY
+            return True
+
+    def answered(self, ok: bool) -> None:
+        """Whether the Sentinels answered the confirmation ``due`` started: if not, the
+        next one waits 2, 4, ... seconds, at most ``CONFIRM_BACKOFF``."""
+        self.failures = 0 if ok else self.failures + 1
+        if self.failures:
+            self.next = self.clock() + min(CONFIRM_BACKOFF,
+                                           CONFIRM_EVERY * 2 ** self.failures)
+
+
+# What keeps a confirmation from learning anything: no Sentinel answers, every one says
+# it monitors no such service (an operator re-adding it), or refuses the credentials.
+# The connections in hand are kept then: the primary they reach may well be fine.
+UNANSWERED = (redis.exceptions.RedisError, ConfigurationError)
+
+
+class PrimaryConnection(redis.sentinel.SentinelManagedConnection):
+    """redis-py's Sentinel connection, which also makes its pool forget the primary
+    (``forget``) when it finds a replica there: refused when it opens (the epoch hook's
+    ``NotPrimary``) or answered ``READONLY`` (redis-py closes only this connection and
+    raises a ``ConnectionError``; here it is a ``NotPrimary``)."""
+
+    def pool(self) -> Any:
+        """The pool that made this connection (redis-py holds a weak reference)."""
+        return self.connection_pool.connection_pool_ref()
+
+    def connect(self) -> None:
+        try:
+            super().connect()  # type: ignore[no-untyped-call]
+        except NotPrimary:
+            if (pool := self.pool()) is not None:
+                pool.forget()
+            raise
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except redis.exceptions.ConnectionError as exc:
+            if not isinstance(exc.__context__, redis.exceptions.ReadOnlyError):
+                raise
+            if (pool := self.pool()) is not None:
+                pool.forget()
+            raise demoted(self) from exc.__context__
+
+
+class PrimarySSLConnection(PrimaryConnection, redis.connection.SSLConnection):
+    """``PrimaryConnection`` over TLS."""
+
+
+class AsyncPrimaryConnection(redis.asyncio.sentinel.SentinelManagedConnection):
+    """``PrimaryConnection`` for asyncio (its ``connection_pool`` is a weak proxy of the
+    pool itself)."""
+
+    async def connect(self) -> None:
+        try:
+            await super().connect()  # type: ignore[no-untyped-call]
+        except NotPrimary:
+            await self.connection_pool.forget()
+            raise
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except redis.exceptions.ConnectionError as exc:
+            if not isinstance(exc.__context__, redis.exceptions.ReadOnlyError):
+                raise
+            await self.connection_pool.forget()
+            raise demoted(self) from exc.__context__
+
+
+class AsyncPrimarySSLConnection(AsyncPrimaryConnection, redis.asyncio.connection.SSLConnection):
+    """``AsyncPrimaryConnection`` over TLS."""
+
+
+def demoted(conn: Any) -> NotPrimary:
+    """What a ``READONLY`` reply on a primary's connection says."""
+    return NotPrimary(f"Redis at {conn.host}:{conn.port} answered READONLY: it is a replica "
+                      "now, no longer the primary (a failover)")
+
+
+def primary_options(kwargs: dict[str, Any], plain: type, tls: type) -> Check | None:
+    """Takes leaseq's ``confirm`` out of a Sentinel pool's ``kwargs`` and picks its
+    connection class (``plain`` or, with ``ssl``, ``tls``), as redis-py picks its own."""
+    kwargs["connection_class"] = tls if kwargs.pop("ssl", False) else plain
+    confirm: Check | None = kwargs.pop("confirm", None)
+    return confirm
+
+
+# redis-py's pools are untyped; their methods are reached through ``base: Any = super()``
+# rather than with an ignore on every call.
+
+
 class BlockingSentinelPool(redis.sentinel.SentinelConnectionPool,
                            redis.BlockingConnectionPool):
-    """redis-py's Sentinel pool with the blocking pool's checkout: at most
+    """redis-py's Sentinel pool with the blocking pool's checkout (at most
     ``max_connections``, and a caller waits up to ``timeout`` for a free one, as leaseq's
-    pool does on a plain ``redis://`` URL."""
+    pool does on a plain ``redis://`` URL) and the checks on the primary of design §64.
+    ``confirm``: the epoch hook's ``check`` (``sync_client``)."""
+
+    def __init__(self, service_name: str, sentinel_manager: Any, **kwargs: Any) -> None:
+        self.confirm = primary_options(kwargs, PrimaryConnection, PrimarySSLConnection)
+        base: Any = super()
+        base.__init__(service_name, sentinel_manager, **kwargs)
+
+    def reset(self) -> None:
+        """redis-py's reset (also after a fork), and a new ``Schedule``."""
+        base: Any = super()
+        base.reset()
+        self.schedule = Schedule()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """A connection to the primary; about once a second, confirmed (``CONFIRM_EVERY``)."""
+        base: Any = super()
+        if not self.schedule.due():
+            return base.get_connection(*args, **kwargs)
+        try:
+            # redis-py's own: on a changed answer the idle connections are closed, and
+            # the ones in use when they are given back (owns_connection).
+            base.get_master_address()
+            self.schedule.answered(True)
+        except UNANSWERED:
+            self.schedule.answered(False)
+        connection = base.get_connection(*args, **kwargs)
+        if self.confirm is None:
+            return connection
+        try:
+            self.confirm(connection)
+            return connection
+        except NotPrimary:
+            self.forget()  # the Sentinels named a replica: its other connections go too
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            connection.disconnect()
+        except BaseException:
+            base.release(connection)
+            raise
+        # Nothing of the caller's was sent: a new connection, whose hook refuses a replica.
+        base.release(connection)
+        return base.get_connection(*args, **kwargs)
+
+    def forget(self) -> None:
+        """Forgets the primary: the idle connections close now, the ones in use when they
+        are given back, and the next one asks the Sentinels (after a ``READONLY``, or a
+        primary found to be a replica)."""
+        # master_address None: owns_connection is then false for every connection.
+        self.proxy.reset()  # type: ignore[no-untyped-call]
+        self.disconnect(inuse_connections=False)
 
     def disconnect(self, inuse_connections: bool = True) -> None:
         """All connections, or (as the Sentinel pool asks when the primary moved) only
@@ -188,6 +392,53 @@ class BlockingSentinelPool(redis.sentinel.SentinelConnectionPool,
 class AsyncBlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool,
                                 redis.asyncio.BlockingConnectionPool):
     """``BlockingSentinelPool`` for asyncio."""
+
+    def __init__(self, service_name: str, sentinel_manager: Any, **kwargs: Any) -> None:
+        self.confirm = primary_options(kwargs, AsyncPrimaryConnection,
+                                       AsyncPrimarySSLConnection)
+        base: Any = super()
+        base.__init__(service_name, sentinel_manager, **kwargs)
+        self.schedule = Schedule()  # redis-py's async pool does not call reset here
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """See ``BlockingSentinelPool.get_connection``."""
+        base: Any = super()
+        if not self.schedule.due():
+            return await base.get_connection(*args, **kwargs)
+        try:
+            await base.get_master_address()
+            self.schedule.answered(True)
+        except UNANSWERED:
+            self.schedule.answered(False)
+        connection = await base.get_connection(*args, **kwargs)
+        if self.confirm is None:
+            return connection
+        try:
+            await self.confirm(connection)
+            return connection
+        except NotPrimary:
+            await self.forget()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            await connection.disconnect()
+        except BaseException:
+            await self.release(connection)
+            raise
+        await self.release(connection)
+        return await base.get_connection(*args, **kwargs)
+
+    async def release(self, connection: Any) -> None:
+        """Gives ``connection`` back, closed first when it reaches a replaced primary, as
+        the sync pool does (``owns_connection``): redis-py's async pool never asks (and
+        its ``owns_connection`` calls a parent method the async pool lacks)."""
+        if self.master_address != (connection.host, connection.port):
+            await connection.disconnect()
+        base: Any = super()
+        await base.release(connection)
+
+    async def forget(self) -> None:
+        """See ``BlockingSentinelPool.forget``."""
+        self.master_address = None
+        await self.disconnect(inuse_connections=False)
 
 
 class Sentinel(redis.sentinel.Sentinel):
@@ -269,30 +520,35 @@ def missing(service: str, answers: list[tuple[str, Any]],
                      f"Sentinel reachable): {'; '.join(views)}")
 
 
-def sync_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
+def sync_client(target: Target, options: Mapping[str, Any],
+                confirm: Check | None = None) -> tuple[Any, Any]:
     """A ``redis.Redis`` on the current primary with a ``BlockingSentinelPool`` (options:
-    ``pool_options``, which the URL's own override), and its ``Sentinel``. To close: the
-    client, its ``connection_pool`` (older redis-py leaves it open), ``close_sentinels``."""
+    ``pool_options``, which the URL's own override), and its ``Sentinel``. ``confirm``:
+    the epoch hook's ``check``, which the pool runs about once a second; without it (a
+    side connection) the pool still asks the Sentinels. To close: the client, its
+    ``connection_pool`` (older redis-py leaves it open), ``close_sentinels``."""
     manager = Sentinel(  # type: ignore[no-untyped-call]
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
     )
     client = manager.master_for(  # type: ignore[no-untyped-call]
-        target.service, connection_pool_class=BlockingSentinelPool,
+        target.service, connection_pool_class=BlockingSentinelPool, confirm=confirm,
         **{**options, **target.options},
     )
     return client, manager
 
 
-def async_client(target: Target, options: Mapping[str, Any]) -> tuple[Any, Any]:
-    """``sync_client`` for asyncio (``aclose_sentinels``)."""
+def async_client(target: Target, options: Mapping[str, Any],
+                 confirm: Check | None = None) -> tuple[Any, Any]:
+    """``sync_client`` for asyncio (``aclose_sentinels``); ``confirm`` is a coroutine
+    function."""
     manager = AsyncSentinel(  # type: ignore[no-untyped-call]
         target.sentinels,
         sentinel_kwargs=_sentinel_kwargs(target, options.get("socket_connect_timeout")),
     )
     client = manager.master_for(target.service,
                                 connection_pool_class=AsyncBlockingSentinelPool,
-                                **{**options, **target.options})
+                                confirm=confirm, **{**options, **target.options})
     return client, manager
 
 
