@@ -123,6 +123,18 @@ def test_a_write_overlapping_the_newer_claim_is_not_called_stale() -> None:
     assert check(ops, [done("a", 1, 2, reserves=2, releases=1)]).clean()
 
 
+def test_a_repeat_of_a_write_sent_before_the_newer_claim_is_not_stale() -> None:
+    """A release whose reply was lost, repeated once a later lease had started: the
+    repeat returns the first call's result, which took effect before that claim."""
+    ops = [enqueue("a", 0.0, job=1), claim("a", 1, 1, 1.0),
+           write("release", "a", 1, 1, 2.0, 2.1, outcome="unknown"), claim("a", 1, 2, 3.0),
+           write("release", "a", 1, 1, 4.0, 4.1)]
+    assert check(ops, [done("a", 1, 2, reserves=2, releases=1)]).clean()
+    # Without its first try, the same repeat would be a write after the newer claim.
+    assert check([ops[0], ops[1], ops[3], ops[4]],
+                 [done("a", 1, 2, reserves=2, releases=1)]).stale == [(1, 1)]
+
+
 def test_a_refused_stale_write_is_fencing_not_an_anomaly() -> None:
     ops = [enqueue("a", 0.0, job=1), claim("a", 1, 1, 1.0), claim("a", 1, 2, 3.0),
            write("ack", "a", 1, 1, 3.5, 3.6, outcome="failed")]
@@ -151,6 +163,14 @@ def test_recovered_an_unknown_enqueue_that_committed() -> None:
     assert found.lost == ["in-db"] and found.unexpected == []
 
 
+def test_a_completion_by_a_lease_no_claim_recorded_fails_the_run() -> None:
+    """The history must hold every delivery: without one, the checker cannot vouch."""
+    ops = [enqueue("a", 0.0, job=1), claim("a", 1, 1, 1.0)]
+    found = check(ops, [done("a", 1, 2, reserves=2, timeouts=1)])
+    assert found.unseen == [1] and not found.clean()
+    assert found.as_dict()["unseen"] == 1
+
+
 def test_outcomes_of_exceptions() -> None:
     assert outcome_of(leaseq.OutcomeUnknown("x")) == "unknown"
     assert outcome_of(leaseq.BackendUnavailable("x")) == "unknown"
@@ -177,5 +197,10 @@ def test_recorded_files_merge_and_an_interrupted_op_is_unknown(tmp_path: Path) -
     assert ops["claim", "a", 2].value == {"pid": 1}
     interrupted = ops["run", "a", 2]
     assert (interrupted.outcome, interrupted.complete) == ("unknown", None)
-    lines = [json.loads(text) for text in (tmp_path / "worker-1.jsonl").read_text().splitlines()]
+    path = tmp_path / "worker-1.jsonl"
+    lines = [json.loads(text) for text in path.read_text().splitlines()]
     assert [line["type"] for line in lines] == ["invoke", "failed", "invoke", "ok", "invoke"]
+    # Two recorders of one process name would number operations twice: refused.
+    Recorder(tmp_path, "worker-1").invoke("run", key="b")
+    with pytest.raises(ValueError, match="recorded twice"):
+        load(tmp_path)

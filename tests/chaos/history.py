@@ -30,7 +30,9 @@ completion says which lease wrote it).
   no expiry (``timeouts``), hand-back (``releases``) or failed run before it.
 - *stale*: a write under a superseded token that took effect: a completion whose result
   names a token lower than one delivered for the job, or a holder's write that returned
-  ``ok`` although a claim of a newer token had returned before it was invoked.
+  ``ok`` although a claim of a newer token had returned before it was first invoked (a
+  repeat after an unknown outcome returns the first call's result, so the first try is
+  when it was sent).
 - *unexpected*: a job delivered or stored whose key no client tried to enqueue, or tried
   and saw fail for certain.
 - *recovered*: an enqueue whose outcome was unknown and that did commit (its key is in
@@ -149,15 +151,19 @@ class Recorder:
 
 
 _process_recorders: dict[tuple[int, str], Recorder] = {}
+_process_lock = threading.Lock()
 
 
 def process_recorder(role: str, env: str = "LEASEQ_CHAOS_HISTORY") -> Recorder:
     """The recorder of this process (``<role>-<pid>``) in the folder ``$env`` names: for
-    the probes that worker processes run."""
+    the probes that worker processes run, in threads of their own (one recorder, so one
+    sequence of operation numbers, per process)."""
     key = (os.getpid(), role)
-    if key not in _process_recorders:
-        _process_recorders[key] = Recorder(Path(os.environ[env]), f"{role}-{os.getpid()}")
-    return _process_recorders[key]
+    with _process_lock:
+        if key not in _process_recorders:
+            _process_recorders[key] = Recorder(Path(os.environ[env]),
+                                               f"{role}-{os.getpid()}")
+        return _process_recorders[key]
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -188,7 +194,11 @@ def load(folder: Path) -> list[Op]:
             if not text:
                 continue
             line = json.loads(text)
-            (invoked if line["type"] == "invoke" else done)[(line["p"], line["n"])] = line
+            found = invoked if line["type"] == "invoke" else done
+            ident = (line["p"], line["n"])
+            if ident in found:
+                raise ValueError(f"{path}: operation {ident} recorded twice")
+            found[ident] = line
     ops = []
     for ident, start in invoked.items():
         end = done.get(ident, {})
@@ -253,9 +263,12 @@ class Findings:
     deliveries: int = 0
     reruns: int = 0  # deliveries after a lease that ended: explained
     refused: int = 0  # holder writes refused (LeaseLost): fencing at work
+    unseen: list[int] = field(default_factory=list)
+    """Completed jobs whose result names a lease no recorded claim saw: the history is
+    incomplete, and the checker cannot vouch for the run."""
 
     def clean(self) -> bool:
-        return not any(getattr(self, name) for name in ANOMALIES)
+        return not any(getattr(self, name) for name in (*ANOMALIES, "unseen"))
 
     def counts(self) -> dict[str, int]:
         return {name: len(getattr(self, name)) for name in
@@ -268,16 +281,18 @@ class Findings:
                 f"{c['stale']}, unexpected {c['unexpected']}, recovered {c['recovered']} of "
                 f"{self.unknown} unknown; {self.enqueued} enqueues returned, "
                 f"{self.deliveries} deliveries, {self.reruns} re-runs after an ended lease, "
-                f"{self.refused} stale writes refused")
+                f"{self.refused} stale writes refused"
+                + (f"; {len(self.unseen)} completions by unrecorded leases" if self.unseen
+                   else ""))
 
     def detail(self, limit: int = 10) -> str:
         return " ".join(f"{name}={getattr(self, name)[:limit]}"
-                        for name in ANOMALIES if getattr(self, name))
+                        for name in (*ANOMALIES, "unseen") if getattr(self, name))
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.update(self.counts())  # lists as counts: a report carries no keys
-        return out
+        """Lists as counts: a report carries figures, not keys."""
+        return {name: len(value) if isinstance(value, list) else value
+                for name, value in asdict(self).items()}
 
 
 def check(ops: Iterable[Op], final: Iterable[Final], *,
@@ -377,16 +392,27 @@ def _stale(found: Findings, ops: list[Op], claims: dict[str, list[Op]],
                 by_job[op.job].append(op)
     for jobs in stored.values():
         for job in jobs:
+            if job.state != "completed" or job.token is None:
+                continue
             tokens = [op.token for op in by_job.get(job.id, []) if op.token is not None]
-            if job.state == "completed" and job.token is not None and tokens \
-                    and max(tokens) > job.token:
+            if job.token not in tokens:
+                found.unseen.append(job.id)
+            if tokens and max(tokens) > job.token:
                 stale.add((job.id, job.token))  # completed under a superseded lease
+    # A holder's write repeated after an unknown outcome is one write (a repeat returns
+    # the first call's result, design §62): it took effect no earlier than its first try.
+    first_try: dict[tuple[str, int, int], float] = {}
+    for op in ops:
+        if op.name in WRITES and op.job is not None and op.token is not None:
+            ident = (op.name, op.job, op.token)
+            first_try[ident] = min(first_try.get(ident, op.invoke), op.invoke)
     for op in ops:
         if op.name not in WRITES or op.outcome != "ok" or op.job is None or op.token is None:
             continue
-        # Newer leases certainly handed out before this write was sent.
+        sent = first_try[op.name, op.job, op.token]
+        # Newer leases certainly handed out before this write was first sent.
         if any(c.token is not None and c.token > op.token and c.complete is not None
-               and c.complete < op.invoke for c in by_job.get(op.job, [])):
+               and c.complete < sent for c in by_job.get(op.job, [])):
             stale.add((op.job, op.token))
     found.stale = sorted(stale)
 
