@@ -126,6 +126,7 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
                      message="the workers to start draining")
             backlog = chaos.q.stats()["chaos"].available
             pair.fail_over(LAG)
+            chaos.count("failover")
             # Producers and workers carry on by themselves against the new primary.
             wait_for(lambda: all(any(at > pair.promoted_at for _, at, _ in p.returned)
                                  for p in producers),

@@ -358,6 +358,7 @@ def publish(run: Run) -> str:
     mode = "wait_replicas=1" if run.waited else "no wait"
     hist.publish(run.history, scenario=f"S4R failover, Redis Sentinel, {mode}",
                     backend="redis", accepted=len(run.returned),
+                    faults={"failover": run.failovers},
                     note="" if run.waited else f"replicas cut {CUT:g} s before the kill")
     return line
 
