@@ -1,6 +1,8 @@
 """Chaos scenarios (reliability.md section 4) on SQLite, PostgreSQL, MariaDB and Redis (S1
-and S2 also on PostgreSQL through a transaction-mode PgBouncer): workers killed, frozen,
-stopped and restarted, connections cut and servers restarted while they drain probe jobs.
+and S2 also on PostgreSQL through a transaction-mode PgBouncer; S1, S2 and S5 on the Redis
+Cluster in the slow run): workers killed, frozen, stopped and restarted, connections cut
+and servers restarted (S4, slow: servers of the run's own, servers.py) while they drain
+probe jobs.
 A producer enqueues during the faults. Afterwards every accepted job is completed (or
 dead), and the history checker (history.py) finds nothing lost, duplicated beyond the
 re-runs ended leases explain, stale or unexpected.
