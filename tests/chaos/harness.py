@@ -32,6 +32,7 @@ from tests.chaos.history import (
     Findings,
     Recorder,
     check,
+    claims,
     final_state,
     load,
     outcome_of,
@@ -81,12 +82,11 @@ class Report:
         return f"lost ids={self.lost[:20]} {self.history.detail()}"
 
 
-CHAOS_DB = "leaseq_chaos"
-
-
-def chaos_mysql_url() -> str:
-    """MariaDB has no session name to kill by, so the chaos runs use a database of their
-    own: a connection kill (S5) then hits only them, never a test running alongside."""
+def mysql_database(name: str, create: bool) -> str:
+    """Creates (or drops) the MariaDB database ``name`` on the shared server; returns its
+    URL. MariaDB has no session name to kill by, so each chaos run uses a database of its
+    own: a connection kill (S5) then hits only that run, never a test running alongside
+    (CI's serial part runs two chaos files at a time)."""
     import pymysql
 
     parts = urlsplit(MYSQL_URL)
@@ -95,10 +95,11 @@ def chaos_mysql_url() -> str:
                            autocommit=True)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS {CHAOS_DB}")
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {name}" if create
+                        else f"DROP DATABASE IF EXISTS {name}")
     finally:
         conn.close()
-    return urlunsplit(parts._replace(path=f"/{CHAOS_DB}"))
+    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 @dataclass
@@ -164,17 +165,20 @@ class Chaos:
         base = server.url if server is not None else base
         self.rng = random.Random(seed)
         self.prefix = new_prefix()
+        # This run's name: its workers' sessions (PostgreSQL application_name, Redis
+        # client_name) and its MariaDB database, so connection kills hit only this run,
+        # never another test or chaos run on the same server.
+        self.name = f"leaseq_chaos_{self.prefix.rstrip('_')}"
         self.own_server = base is not None
-        base = base or {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
-                        "postgres_pgbouncer": PGBOUNCER_URL, "mysql": chaos_mysql_url,
-                        "redis": REDIS_URL, "redis_cluster": REDIS_CLUSTER_URL}[backend]
-        if callable(base):
-            base = base()
-        # Workers' PostgreSQL sessions and Redis clients carry a name, so connection kills
-        # hit only them, never another program using the same server.
-        name = {"postgres": "application_name", "postgres_pgbouncer": "application_name",
-                "redis": "client_name", "redis_cluster": "client_name"}.get(backend)
-        self.url = f"{base}{'&' if '?' in base else '?'}{name}=leaseq_chaos" if name else base
+        if base is None:
+            base = {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
+                    "postgres_pgbouncer": PGBOUNCER_URL, "redis": REDIS_URL,
+                    "redis_cluster": REDIS_CLUSTER_URL}.get(backend) \
+                or mysql_database(self.name, create=True)
+        option = {"postgres": "application_name", "postgres_pgbouncer": "application_name",
+                  "redis": "client_name", "redis_cluster": "client_name"}.get(backend)
+        self.url = (f"{base}{'&' if '?' in base else '?'}{option}={self.name}" if option
+                    else base)
         self.tmp = tmp
         # Each process records its operations here (history.py): the probes their claims
         # and runs, the harness and producers their enqueues.
@@ -264,14 +268,14 @@ class Chaos:
 
             with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
                 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                             "WHERE application_name = 'leaseq_chaos'")
+                             "WHERE application_name = %s", (self.name,))
         elif self.backend == "mysql":
             import pymysql
 
             conn = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
             with conn.cursor() as cur:
                 cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s "
-                            "AND id <> CONNECTION_ID() AND command <> 'Daemon'", (CHAOS_DB,))
+                            "AND id <> CONNECTION_ID() AND command <> 'Daemon'", (self.name,))
                 for (pid,) in cur.fetchall():
                     # A connection may end by itself meanwhile.
                     with contextlib.suppress(pymysql.err.OperationalError):
@@ -282,7 +286,7 @@ class Chaos:
 
             with redis.Redis.from_url(REDIS_URL) as client:
                 for info in client.client_list():
-                    if info.get("name") == "leaseq_chaos":
+                    if info.get("name") == self.name:
                         with contextlib.suppress(redis.ResponseError):  # gone meanwhile
                             client.client_kill_filter(_id=info["id"])
         elif self.backend == "redis_cluster":
@@ -293,7 +297,7 @@ class Chaos:
                 for node in cluster.get_primaries():
                     with redis.Redis(host=node.host, port=node.port) as client:
                         for info in client.client_list():
-                            if info.get("name") == "leaseq_chaos":
+                            if info.get("name") == self.name:
                                 with contextlib.suppress(redis.ResponseError):
                                     client.client_kill_filter(_id=info["id"])
             finally:
@@ -356,10 +360,10 @@ class Chaos:
     def starts(self) -> dict[int, list[dict[str, Any]]]:
         """Every start the probes recorded, by job id: job, token, worker, pid, at."""
         starts: dict[int, list[dict[str, Any]]] = {}
-        for op in load(self.history):
-            if op.name == "claim" and op.job is not None:
-                starts.setdefault(op.job, []).append(
-                    {"job": op.job, "token": op.token, "at": op.invoke, **(op.value or {})})
+        for line in claims(self.history) if self.history.exists() else []:
+            starts.setdefault(line["job"], []).append(
+                {"job": line["job"], "token": line["token"], "at": line["t"],
+                 **(line["value"] or {})})
         return starts
 
     def check(self, tail_from: float | None = None) -> Report:
@@ -402,6 +406,7 @@ class Chaos:
         try:
             self.q.close()
         finally:
-            if not self.own_server:
-                drop_tables(self.backend, self.prefix,
-                            CHAOS_DB if self.backend == "mysql" else None)
+            if self.backend == "mysql" and not self.own_server:
+                mysql_database(self.name, create=False)
+            elif not self.own_server:
+                drop_tables(self.backend, self.prefix)

@@ -119,12 +119,13 @@ class Recorder:
             os.close(fd)
 
     def invoke(self, name: str, *, key: str | None = None, job: int | None = None,
-               token: int | None = None) -> Call:
+               token: int | None = None, value: Any = None) -> Call:
         with self._lock:
             seq = next(self._seq)
         self.write({"p": self.process, "n": seq, "type": "invoke", "op": name,
-                    "t": time.time(), "key": key, "job": job, "token": token})
-        return Call(self, seq, key, job, token)
+                    "t": time.time(), "key": key, "job": job, "token": token,
+                    "value": value})
+        return Call(self, seq, key, job, token, value)
 
     @contextlib.contextmanager
     def op(self, name: str, *, key: str | None = None, job: int | None = None,
@@ -144,10 +145,9 @@ class Recorder:
     def observed(self, name: str, *, key: str | None, job: int | None,
                  token: int | None = None, value: Any = None) -> None:
         """An operation seen only once it had completed (a claim, seen by the handler it
-        started): invocation and completion at the same instant."""
-        call = self.invoke(name, key=key, job=job, token=token)
-        call.value = value
-        call.complete("ok")
+        started): invocation and completion at the same instant, the invocation's line
+        complete in itself (``claims`` reads only those)."""
+        self.invoke(name, key=key, job=job, token=token, value=value).complete("ok")
 
 
 _process_recorders: dict[tuple[int, str], Recorder] = {}
@@ -202,13 +202,23 @@ def load(folder: Path) -> list[Op]:
     ops = []
     for ident, start in invoked.items():
         end = done.get(ident, {})
+
         def pick(name: str, end: dict[str, Any] = end, start: dict[str, Any] = start) -> Any:
             return end.get(name) if end.get(name) is not None else start.get(name)
         ops.append(Op(process=ident[0], seq=ident[1], name=start["op"],
                       outcome=end.get("type", "unknown"), invoke=start["t"],
                       complete=end.get("t"), key=pick("key"), job=pick("job"),
-                      token=pick("token"), value=end.get("value")))
+                      token=pick("token"), value=pick("value")))
     return sorted(ops, key=lambda op: (op.invoke, op.process, op.seq))
+
+
+def claims(folder: Path) -> list[dict[str, Any]]:
+    """The invocation lines of the claims the probes observed in ``folder`` (key, job,
+    token, t, value), decoding no other line: cheap enough for a loop that polls how far
+    a run got."""
+    marker = '"op":"claim"'
+    return [json.loads(text) for path in sorted(folder.glob("*.jsonl"))
+            for text in path.read_text().splitlines() if marker in text]
 
 
 @dataclass(frozen=True)

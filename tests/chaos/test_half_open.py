@@ -141,15 +141,15 @@ def listening_since(chaos: Chaos, since: float) -> bool:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                "'leaseq_chaos' AND query LIKE 'LISTEN%%' AND backend_start > "
-                "to_timestamp(%s)", (since,)).fetchone()
+                "%s AND query LIKE 'LISTEN%%' AND backend_start > "
+                "to_timestamp(%s)", (chaos.name, since)).fetchone()
         return bool(row and row[0])
     import redis
 
     from tests.helpers import REDIS_URL
 
     with redis.Redis.from_url(REDIS_URL) as client:
-        return any(info.get("name") == "leaseq_chaos" and info.get("cmd") == "subscribe"
+        return any(info.get("name") == chaos.name and info.get("cmd") == "subscribe"
                    and float(info["age"]) < time.time() - since
                    for info in client.client_list())
 
@@ -162,13 +162,18 @@ def test_s7_half_open_connection(chaos: Chaos) -> None:
         for name in ("cut", "doomed"):
             wait_for(lambda name=name: first(log_lines(chaos, name), "started:", 0),
                      timeout=20, message=f"{name} worker started")
+        # The direct worker is started first and frozen while the cut ones take the
+        # held jobs: started only then, it could take longer than HOLD on a loaded
+        # machine, and the held jobs would finish before the hole.
+        direct = spawn(chaos, "direct", chaos.url, None)
+        wait_for(lambda: first(log_lines(chaos, "direct"), "started:", 0), timeout=20,
+                 message="direct worker started")
+        direct.send_signal(signal.SIGSTOP)
         held = enqueue(chaos, 8, hold=HOLD)
         pids = {cut.pid, doomed.pid}
         wait_for(lambda: {r["pid"] for r in starts(chaos)} >= pids, timeout=10,
                  message="both cut workers running jobs")
-        direct = spawn(chaos, "direct", chaos.url, None)
-        wait_for(lambda: first(log_lines(chaos, "direct"), "started:", 0), timeout=20,
-                 message="direct worker started")
+        direct.send_signal(signal.SIGCONT)
 
         # -- the black hole -------------------------------------------------------------
         holed = time.time()

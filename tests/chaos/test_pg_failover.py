@@ -122,7 +122,7 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
         workers = [chaos.spawn() for _ in range(3)]
         with producing(producers):
             # Mid-drain: the workers are busy and most of the backlog is left.
-            wait_for(lambda: len(chaos.starts()) >= JOBS // 4, timeout=120,
+            wait_for(lambda: len(chaos.starts()) >= JOBS // 4, timeout=120, interval=0.1,
                      message="the workers to start draining")
             backlog = chaos.q.stats()["chaos"].available
             pair.fail_over(LAG)
@@ -133,9 +133,10 @@ def test_failover_to_the_promoted_standby(pair: Pair, tmp_path: Path) -> None:
                      timeout=60, message="every producer to enqueue on the new primary")
             wait_for(lambda: any(r["at"] > pair.promoted_at
                                  for runs in chaos.starts().values() for r in runs),
-                     timeout=60, message="the workers to run jobs on the new primary")
+                     timeout=60, interval=0.1,
+                     message="the workers to run jobs on the new primary")
             # Each worker's LISTEN connection found the new primary too.
-            wait_for(lambda: listeners(pair) >= len(workers), timeout=60,
+            wait_for(lambda: listeners(pair, chaos.name) >= len(workers), timeout=60,
                      message="the workers' LISTEN connections on the new primary")
             time.sleep(SECONDS)
         dead = [w.pid for w in workers if w.poll() is not None]
@@ -205,15 +206,15 @@ def pause(times: list[float], pair: Pair) -> float:
     return max((b - a for a, b in itertools.pairwise(around)), default=float("nan"))
 
 
-def listeners(pair: Pair) -> int:
-    """Sessions LISTENing on the promoted server for the chaos workers."""
+def listeners(pair: Pair, name: str) -> int:
+    """Sessions LISTENing on the promoted server for the chaos workers (named ``name``)."""
     import psycopg
 
     _, second = PORTS[pair.mode]
     with psycopg.connect(f"postgresql://postgres@127.0.0.1:{second}/test",
                          autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                           "'leaseq_chaos' AND query LIKE 'LISTEN%%'").fetchone()
+                           "%s AND query LIKE 'LISTEN%%'", (name,)).fetchone()
     return int(row[0]) if row else 0
 
 
