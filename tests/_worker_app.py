@@ -55,6 +55,16 @@ async def asleep(seconds: float, n: int = 0) -> int:
     return n
 
 
+@app.task(queue="work", name="fails_once", max_attempts=2)
+def fails_once(n: int = 0) -> int:
+    """Raises on its first attempt, with a message a fault proxy can find in the nack."""
+    log("start", n=n)
+    ctx = leaseq.current_job()
+    if ctx is not None and ctx.job.attempts == 1:
+        raise RuntimeError(f"first-attempt-fails-{n}")
+    return n
+
+
 @app.task(queue="work", name="killer", max_attempts=2)
 def killer() -> None:
     log("start")

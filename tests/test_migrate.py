@@ -79,9 +79,9 @@ OLD_ROWS = {
 }
 
 
-def _old_schema(backend: str, url: str, prefix: str) -> None:
-    """Tables as migrations 1-3 left them, recorded as applied, with an available and a
-    dead job in them."""
+def _old_schema(backend: str, url: str, prefix: str, upto: int = 3) -> None:
+    """Tables as migrations 1-``upto`` left them, recorded as applied; from before
+    migration 0004 (``upto`` 3), with an available and a dead job in them."""
     from leaseq.backends._sql.plan import load_migrations
 
     package, dialect = {
@@ -114,13 +114,14 @@ def _old_schema(backend: str, url: str, prefix: str) -> None:
     cur = conn.cursor()  # type: ignore[attr-defined]
     cur.execute(d.q["migrations_table"])
     for version, name, statements in load_migrations(package, prefix):
-        if version > 3:
+        if version > upto:
             break
         for statement in statements:
             cur.execute(statement)
         cur.execute(d.q["record_version"], {"version": version, "name": name})
-    for n, state in ((1, "available"), (2, "dead")):
-        cur.execute(OLD_ROWS[backend].format(p=prefix), (f'{{"n": {n}}}', state))
+    if upto == 3:
+        for n, state in ((1, "available"), (2, "dead")):
+            cur.execute(OLD_ROWS[backend].format(p=prefix), (f'{{"n": {n}}}', state))
     conn.close()  # type: ignore[attr-defined]
 
 
@@ -153,7 +154,34 @@ def test_migrate_upgrades_a_schema_from_before_queue_settings(
             # Migration 0008: errors as JSON on rows that predate it.
             assert (q.get(2).error, q.get(2).error_detail) == (None, None)
             [job] = q.dequeue("old", worker_id="w")
-            q.nack(job, {"code": 3, "message": "after migrate"})
+            state = q.nack(job, {"code": 3, "message": "after migrate"})
             assert q.get(2).error_detail == {"code": 3, "message": "after migrate"}
+            assert q.nack(job, "repeated") == state  # migration 0013: a repeat is known
+    finally:
+        drop_tables(backend, prefix)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_migration_0013_on_tables_holding_jobs_keeps_their_leases(
+    backend: str, tmp_path: Path
+) -> None:
+    """The last ended lease's columns come to tables with waiting and running jobs: the
+    leases held across the upgrade end as usual and may then be repeated; a job that
+    never had a lease end has nothing to repeat."""
+    require(backend)
+    url = {"sqlite": f"sqlite:///{tmp_path}/m.db", "postgres": POSTGRES_URL,
+           "mysql": MYSQL_URL}[backend]
+    prefix = new_prefix()
+    try:
+        _old_schema(backend, url, prefix, upto=12)
+        with leaseq.connect(url, table_prefix=prefix, reclaim_interval=None) as q:
+            ids = [q.enqueue("up", {"n": n}).id for n in range(3)]
+            held = q.dequeue("up", worker_id="before", limit=2)  # claims need no 0013
+            assert q.migrate() == ["0013_ended_lease"]
+            assert q.get(ids[2]).state == "available"
+            assert [q.release(held[0]), q.release(held[0])] == ["available"] * 2
+            assert [q.bury(held[1]), q.bury(held[1])] == [None, None]
+            assert (q.get(ids[0]).releases, q.get(ids[1]).buries) == (1, 1)
+            assert q._schema_versions() == (13, 13)
     finally:
         drop_tables(backend, prefix)

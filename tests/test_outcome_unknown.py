@@ -10,7 +10,10 @@ waits), and cuts the connection. Then:
   that completed the job;
 * a lost enqueue surfaces as ``BackendUnavailable``; repeated with the same
   ``unique_key`` it returns the id the lost attempt created, with ``created=False``;
-  without a key, the lost attempt's job exists, so a blind repeat would duplicate it.
+  without a key, the lost attempt's job exists, so a blind repeat would duplicate it;
+* a lost ``nack``, ``nack_many``, ``release`` or ``bury`` surfaces as ``OutcomeUnknown``;
+  repeated by the caller with the same job it returns what the first call returned,
+  a later holder's lease running meanwhile or not, and the job shows the call once.
 """
 
 from __future__ import annotations
@@ -346,6 +349,94 @@ def test_s6_a_lost_plain_enqueue_reply_leaves_the_job_so_a_blind_retry_duplicate
         client.close()
 
 
+def holder_commit(backend: str, verb: str, marker: str) -> dict[str, bytes]:
+    """``drop_reply`` arguments that match what commits a ``verb`` (nack, nack_many,
+    release, bury) whose error or reason is ``marker`` (bound with the statement that
+    ends the lease, then COMMIT; one script on Redis)."""
+    if backend == "redis":
+        script = {"nack": "fail", "nack_many": "fail_many"}.get(verb, verb)
+        return {"match": SCRIPTS[script].sha.encode()}
+    return {"after": marker.encode(), "match": b"COMMIT"}
+
+
+# Per verb: the call with the marker as its error or reason, what it returns, the job's
+# state once it committed, and the job's (state, attempts, releases, buries) at the end:
+# the call applied once.
+HOLDER_CALLS: dict[str, tuple[Callable[[leaseq.Queue, leaseq.Job, str], object], object,
+                              str, tuple[str, int, int, int]]] = {
+    "nack": (lambda q, job, m: q.nack(job, m, delay=60), "scheduled", "scheduled",
+             ("scheduled", 1, 0, 0)),
+    "nack_many": (lambda q, job, m: q.nack_many([(job, m)]), [True], "scheduled",
+                  ("scheduled", 1, 0, 0)),
+    # Released now, and taken by a later holder before the caller repeats.
+    "release": (lambda q, job, m: q.release(job, error=m), "available", "available",
+                ("running", 1, 1, 0)),
+    "bury": (lambda q, job, m: q.bury(job, reason=m, priority=3), None, "dead",
+             ("dead", 1, 0, 1)),
+}
+
+
+def test_s6_a_lost_holder_reply_repeated_by_the_caller_returns_the_first_result(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    """leaseq does not repeat these itself (``OutcomeUnknown``); the caller's repeat with
+    the same job finds the lease it ended and returns that call's result (design §62).
+    Every verb in turn on one set of tables (a fixture's tables cost more than a case)."""
+    client = leaseq.connect(proxy.url_for(url), table_prefix=prefix, reclaim_interval=None)
+    try:
+        for n, (verb, (call, first, committed, once)) in enumerate(HOLDER_CALLS.items()):
+            marker = f"s6-{secrets.token_hex(6)}"
+            job_id = direct.enqueue(QUEUE, {"n": n}, max_attempts=3).id
+            [job] = client.dequeue(QUEUE)
+            assert job.id == job_id, verb
+            seen: list[str] = []
+            # The job's state read by the direct client once the server has committed.
+            read = state_of(direct, job_id)
+            rule = proxy.drop_reply(**holder_commit(backend, verb, marker),
+                                    then=lambda seen=seen, read=read: seen.append(read()))
+            with pytest.raises(OutcomeUnknown, match="outcome is unknown") as lost:
+                call(client, job, marker)
+            assert lost.value.operation == verb
+            assert (verb, rule.matched, seen) == (verb, 1, [committed])
+            later = direct.dequeue(QUEUE, worker_id="later") if verb == "release" else []
+            assert call(client, job, "the repeat's own error") == first, verb
+            assert call(client, job, "and again") == first, verb
+            info = direct.get(job_id)
+            assert (verb, info.state, info.attempts, info.releases, info.buries) == (
+                verb, *once)
+            assert info.error == marker, verb  # the first call's, not a repeat's
+            for held in later:
+                direct.ack(held)  # the later holder was not disturbed
+        assert (proxy.stats.replies_dropped, proxy.stats.cuts) == (4, 4)
+    finally:
+        client.close()
+
+
+def test_s6_a_lost_nack_reply_repeated_by_the_caller_returns_the_first_result_async(
+    backend: str, url: str, prefix: str, direct: leaseq.Queue, proxy: Proxy
+) -> None:
+    job_id = direct.enqueue(QUEUE, {"n": 1}).id
+    marker = f"s6-{secrets.token_hex(6)}"
+
+    async def scenario() -> list[str]:
+        client = leaseq.connect_async(proxy.url_for(url), table_prefix=prefix,
+                                      reclaim_interval=None)
+        try:
+            [job] = await client.dequeue(QUEUE)
+            proxy.drop_reply(**holder_commit(backend, "nack", marker))
+            with pytest.raises(OutcomeUnknown) as lost:
+                await client.nack(job, marker, delay=0)
+            assert lost.value.operation == "nack"
+            return [await client.nack(job, "again", delay=60) for _ in range(2)]
+        finally:
+            await client.close()
+
+    assert asyncio.run(scenario()) == ["available", "available"]
+    assert proxy.stats.replies_dropped == 1
+    info = direct.get(job_id)
+    assert (info.state, info.attempts, info.error) == ("available", 1, marker)
+
+
 def ack_many_request(backend: str, prefix: str) -> dict[str, bytes]:
     """``cut_on`` arguments that match the request committing an ``ack_many``."""
     if backend == "postgres":
@@ -510,3 +601,26 @@ def test_s6_a_worker_tries_a_failed_ack_again_while_it_holds_the_lease(
     output = worker.output()
     assert output.count("trying again") == 3, output
     assert "outcome not written" not in output, output
+
+
+def test_s6_a_worker_whose_nack_reply_is_lost_repeats_it_and_fails_the_job_once(
+    worker: ProxiedWorker
+) -> None:
+    """The reply to the worker's nack is lost after the commit; the worker repeats the
+    nack while its lease lasts, and the repeat returns what the first one did (design
+    §62): the job is failed once, runs its second attempt once, and completes."""
+    seen: list[str] = []
+    job = worker.direct.enqueue("work", {"n": 7}, kind="fails_once").id
+    rule = worker.proxy.drop_reply(**holder_commit("postgres", "nack", "first-attempt-fails-7"),
+                                   then=lambda: seen.append(state_of(worker.direct, job)()))
+    worker.start()
+    worker.completed(job)
+    assert rule.matched == 1 and worker.proxy.stats.replies_dropped == 1, worker.proxy.stats
+    assert seen and seen[0] in ("scheduled", "available"), seen  # the nack had committed
+    info = worker.direct.get(job)
+    assert (info.attempts, info.result) == (2, 7)
+    assert worker.starts() == [job, job]  # one run per attempt
+    output = worker.output()
+    assert output.count(f"nack of job {job} failed") == 1, output
+    assert "lease lost" not in output and "outcome not written" not in output, output
+

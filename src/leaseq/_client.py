@@ -415,12 +415,22 @@ class Queue(Shared):
     ) -> JobState:
         """Record a failed attempt. Retries after ``delay`` seconds, or after the
         ``backoff`` for this attempt (default: the queue's backoff settings, else the
-        client's); goes dead when attempts are used up. Returns the job's new state.
+        client's); goes dead when attempts are used up. Returns the job's new state:
+        ``"available"``, ``"scheduled"`` (a delay), ``"dead"``, or ``"cancelled"`` when a
+        cancel was requested.
 
         ``error`` is kept with the job (``JobInfo.error`` as text, ``JobInfo.error_detail``
         as a JSON object): a dict as given (it must encode as JSON), an exception as
         ``{"type", "message", "traceback"}`` (text ``"Type: message"``), a string as
-        ``{"message"}``."""
+        ``{"message"}``.
+
+        Safe to repeat after ``OutcomeUnknown`` (its reply lost): called again with the
+        same ``job``, a nack that did commit is not made twice; the repeat returns the
+        state the first call returned (not the job's state now) and changes nothing,
+        whatever its ``error`` and ``delay``. That holds while this lease is the job's
+        last one to have ended, a later holder's lease still running included (design
+        §62). Once a later lease has ended too (acked, nacked, released, buried or
+        expired), or for a job this lease ended otherwise, it raises ``LeaseLost``."""
         self._fresh_configs()
         job_id, token = self._held(job)
         text, detail = self._error(error)
@@ -435,7 +445,11 @@ class Queue(Shared):
         """``nack`` for many held jobs in one transaction: each a ``Job`` or a
         ``(job, error)`` pair, retried after its backoff or dead when its attempts are
         used up. Fenced per job: True where the failure was recorded, False where the
-        lease was lost (that job is left unchanged)."""
+        lease was lost (that job is left unchanged).
+
+        Safe to repeat after ``OutcomeUnknown``, as ``nack``: a job whose nack did commit
+        is True again and unchanged, while its lease is the job's last ended one. A job
+        listed twice is failed once (True for both)."""
         self._fresh_configs()
         failures = self._failures(items, backoff)
         states = self._backend.fail_many(failures) if failures else []
@@ -455,12 +469,19 @@ class Queue(Shared):
         error: object = None,
     ) -> JobState:
         """Give the job back without counting a failure (the attempt is returned too),
-        optionally with a new ``priority``.
+        optionally with a new ``priority``. Returns the job's new state: ``"available"``,
+        ``"scheduled"`` (a delay), or ``"cancelled"`` when a cancel was requested.
 
         ``error`` is an optional note on why, stored as ``nack``'s ``error`` is (text, a
         dict, or an exception; read back as ``JobInfo.error`` and ``error_detail``); None
         keeps the job's last error. The release still is no failure: ``failed_at`` and
-        the attempts are as without it."""
+        the attempts are as without it.
+
+        Safe to repeat after ``OutcomeUnknown``: called again with the same ``job``, a
+        release that did commit returns the state it returned and changes nothing
+        (whatever the repeat's arguments), while this lease is the job's last ended one,
+        another worker's lease on the job running meanwhile included; once a later lease
+        has ended too, or for a job this lease ended otherwise, ``LeaseLost``."""
         job_id, token = self._held(job)
         text, detail = self._error(error)
         state = self._backend.release(job_id, token, self._retry_delay(job, delay, None),
@@ -470,7 +491,12 @@ class Queue(Shared):
 
     def bury(self, job: Job, *, reason: str | None = None, priority: int | None = None) -> None:
         """Move the held job to the dead state, for a human to look at, optionally with a
-        new ``priority`` (kept when it is kicked)."""
+        new ``priority`` (kept when it is kicked).
+
+        Safe to repeat after ``OutcomeUnknown``: called again with the same ``job``, a
+        bury that did commit returns None and changes nothing, while this lease is the
+        job's last ended one (a kick and a later claim do not change that; the end of the
+        later lease does); then, or for a job this lease ended otherwise, ``LeaseLost``."""
         job_id, token = self._held(job)
         self._backend.bury(job_id, token, v.error_text(reason), self._priority(priority))
         _results.finished(self._wake_key, (job_id,))

@@ -77,7 +77,9 @@ class JobStateError(LeaseqError):
 
 class LeaseLost(LeaseqError):
     """The lease token is stale: the lease expired and was reclaimed, or the job was
-    re-delivered, finished or removed. Nothing was changed."""
+    re-delivered, finished or removed. Nothing was changed. (A repeat of the ``ack``,
+    ``nack``, ``release`` or ``bury`` that ended the lease is not stale: it returns what
+    that call returned, while that lease is the job's last ended one.)"""
 
     @classmethod
     def stale(cls, job_id: int, token: int) -> LeaseLost:

@@ -3,41 +3,62 @@ checker accounts for every accepted job (reliability.md section 4: I1-I6).
 
 Faults: SIGKILL, SIGSTOP/SIGCONT past the lease, SIGTERM of workers (each replaced);
 server-side connection kills (pg_terminate_backend, MariaDB KILL CONNECTION, Redis CLIENT
-KILL); a restart
-of the database server. Every run has a seed, printed in the report and on failure.
+KILL); a restart of a database server of the run's own (servers.py). Every run has a
+seed, printed in the report and on failure.
+
+Every process records what it did (history.py): the harness and the producers their
+enqueues, the probes each delivery and run. ``check`` reads the books (every accepted id
+in a final state) and hands the history and the final state to the history checker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import leaseq
+from tests.chaos.history import (
+    Findings,
+    Recorder,
+    check,
+    claims,
+    final_state,
+    load,
+    outcome_of,
+    publish,
+)
+from tests.chaos.servers import PrivateServer
 from tests.helpers import (
     MYSQL_URL,
     PGBOUNCER_URL,
     POSTGRES_URL,
+    REDIS_CLUSTER_URL,
     REDIS_URL,
     drop_tables,
     new_prefix,
+    redis_cluster,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+REPORT = os.environ.get("LEASEQ_CHAOS_REPORT")
 
 
 @dataclass
 class Report:
-    """What the checker found; a run passes when lost, unexplained and stale are zero."""
+    """What the checks found: the books (every accepted id) and the history checker's
+    findings (tests/chaos/history.py). A run passes when nothing accepted is missing or
+    left waiting and the history shows no anomaly."""
 
     backend: str
     seed: int
@@ -45,29 +66,27 @@ class Report:
     completed: int = 0
     dead: int = 0
     still_live: int = 0
-    lost: list[int] = field(default_factory=list)
-    duplicated_explained: int = 0
-    unexplained: list[int] = field(default_factory=list)
-    stale_accepted: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)  # accepted ids missing or still live
     faults: dict[str, int] = field(default_factory=dict)
+    history: Findings = field(default_factory=Findings)
 
     def ok(self) -> bool:
-        return not (self.lost or self.unexplained or self.stale_accepted)
+        return not self.lost and self.history.clean()
 
     def line(self) -> str:
         return (f"{self.backend} seed={self.seed}: accepted {self.accepted}, completed "
                 f"{self.completed}, dead {self.dead}, live {self.still_live}, lost "
-                f"{len(self.lost)}, re-run after a superseded lease {self.duplicated_explained}, "
-                f"unexplained duplicates {len(self.unexplained)}, stale writes accepted "
-                f"{len(self.stale_accepted)}, faults {self.faults}")
+                f"{len(self.lost)}, faults {self.faults}; {self.history.line()}")
+
+    def detail(self) -> str:
+        return f"lost ids={self.lost[:20]} {self.history.detail()}"
 
 
-CHAOS_DB = "leaseq_chaos"
-
-
-def chaos_mysql_url() -> str:
-    """MariaDB has no session name to kill by, so the chaos runs use a database of their
-    own: a connection kill (S5) then hits only them, never a test running alongside."""
+def mysql_database(name: str, create: bool) -> str:
+    """Creates (or drops) the MariaDB database ``name`` on the shared server; returns its
+    URL. MariaDB has no session name to kill by, so each chaos run uses a database of its
+    own: a connection kill (S5) then hits only that run, never a test running alongside
+    (CI's serial part runs two chaos files at a time)."""
     import pymysql
 
     parts = urlsplit(MYSQL_URL)
@@ -76,31 +95,95 @@ def chaos_mysql_url() -> str:
                            autocommit=True)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS {CHAOS_DB}")
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {name}" if create
+                        else f"DROP DATABASE IF EXISTS {name}")
     finally:
         conn.close()
-    return urlunsplit(parts._replace(path=f"/{CHAOS_DB}"))
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@dataclass
+class Producer:
+    """Enqueues probe jobs one at a time, each with a tag of its own, until told to stop,
+    recording each enqueue; ``returned`` holds ``(id, time.time(), tag)`` of those that
+    returned. A failed enqueue is not repeated (its outcome is the history's to sort
+    out); the next one has a new tag."""
+
+    url: str
+    prefix: str
+    name: str
+    recorder: Recorder
+    pace: float = 0.006  # mean seconds between one producer's enqueues
+    returned: list[tuple[int, float, str]] = field(default_factory=list)
+    failures: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __call__(self) -> None:
+        q = leaseq.connect(self.url, table_prefix=self.prefix, reclaim_interval=None)
+        try:
+            n = 0
+            while not self.stop.is_set():
+                tag = f"{self.name}/{n}"
+                n += 1
+                try:
+                    with self.recorder.op("enqueue", key=tag) as call:
+                        job = q.enqueue("chaos", {"work": 0.02, "fail": 0.0, "tag": tag},
+                                        kind="probe")
+                        call.job = job.id
+                except leaseq.LeaseqError:
+                    self.failures += 1
+                    time.sleep(0.05)
+                    continue
+                self.returned.append((job.id, time.time(), tag))
+                time.sleep(random.uniform(0.3, 1.7) * self.pace)
+        finally:
+            q.close()
+
+
+@contextlib.contextmanager
+def producing(producers: list[Producer]) -> Iterator[list[Producer]]:
+    """Runs ``producers`` in threads for the block, then stops and joins them."""
+    threads = [threading.Thread(target=p, name=f"producer-{p.name}") for p in producers]
+    for thread in threads:
+        thread.start()
+    try:
+        yield producers
+    finally:
+        for p in producers:
+            p.stop.set()
+        for thread in threads:
+            thread.join(60)
 
 
 class Chaos:
     def __init__(self, backend: str, tmp: Path, seed: int, lease: float = 1.5,
-                 base: str | None = None) -> None:
+                 base: str | None = None, server: PrivateServer | None = None) -> None:
         """``base``: a server of the test's own (dropped with its tables afterwards)
-        instead of the backend's shared one."""
+        instead of the backend's shared one; ``server``: one S4 may restart."""
         self.backend, self.seed, self.lease = backend, seed, lease
+        self.server = server
+        base = server.url if server is not None else base
         self.rng = random.Random(seed)
         self.prefix = new_prefix()
+        # This run's name: its workers' sessions (PostgreSQL application_name, Redis
+        # client_name) and its MariaDB database, so connection kills hit only this run,
+        # never another test or chaos run on the same server.
+        self.name = f"leaseq_chaos_{self.prefix.rstrip('_')}"
         self.own_server = base is not None
-        base = base or {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
-                        "postgres_pgbouncer": PGBOUNCER_URL, "mysql": chaos_mysql_url(),
-                        "redis": REDIS_URL}[backend]
-        # Workers' PostgreSQL sessions and Redis clients carry a name, so connection kills
-        # hit only them, never another program using the same server.
-        name = {"postgres": "application_name", "postgres_pgbouncer": "application_name",
-                "redis": "client_name"}.get(backend)
-        self.url = f"{base}{'&' if '?' in base else '?'}{name}=leaseq_chaos" if name else base
+        if base is None:
+            base = {"sqlite": f"sqlite:///{tmp}/chaos.db", "postgres": POSTGRES_URL,
+                    "postgres_pgbouncer": PGBOUNCER_URL, "redis": REDIS_URL,
+                    "redis_cluster": REDIS_CLUSTER_URL}.get(backend) \
+                or mysql_database(self.name, create=True)
+        option = {"postgres": "application_name", "postgres_pgbouncer": "application_name",
+                  "redis": "client_name", "redis_cluster": "client_name"}.get(backend)
+        self.url = (f"{base}{'&' if '?' in base else '?'}{option}={self.name}" if option
+                    else base)
         self.tmp = tmp
-        self.log = tmp / "starts.jsonl"
+        # Each process records its operations here (history.py): the probes their claims
+        # and runs, the harness and producers their enqueues.
+        self.history = tmp / "history"
+        self.recorder = Recorder(self.history, "harness")
         self.q = leaseq.connect(base, table_prefix=self.prefix, reclaim_interval=None)
         self.q.migrate()
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -110,18 +193,39 @@ class Chaos:
 
     # -- running ---------------------------------------------------------------------
 
-    def enqueue(self, n: int, work: float = 0.02, fail: float = 0.05) -> None:
-        """``n`` probe jobs, each sleeping up to ``work`` s and failing (then retried)
-        with probability ``fail``."""
+    def enqueue(self, n: int, work: float = 0.02, fail: float = 0.05,
+                hold: float = 0.0) -> list[int]:
+        """``n`` probe jobs, each sleeping up to ``work`` s (plus ``hold`` s on its first
+        attempt) and failing (then retried) with probability ``fail``; each carries a tag
+        of its own and its enqueue is recorded. Returns their ids."""
+        ids: list[int] = []
         for first in range(0, n, 500):
-            batch = [{"queue": "chaos", "payload": {"work": work, "fail": fail},
-                      "kind": "probe"}
-                     for _ in range(min(500, n - first))]
-            self.ids += [r.id for r in self.q.enqueue_many(batch)]
+            tags = [f"harness/{len(self.ids) + len(ids) + i}"
+                    for i in range(min(500, n - first))]
+            batch = [{"queue": "chaos", "kind": "probe",
+                      "payload": {"work": work, "fail": fail, "hold": hold, "tag": tag}}
+                     for tag in tags]
+            calls = [self.recorder.invoke("enqueue", key=tag) for tag in tags]
+            try:
+                results = self.q.enqueue_many(batch)
+            except BaseException as exc:
+                for call in calls:
+                    call.complete(outcome_of(exc))
+                raise
+            for call, result in zip(calls, results, strict=True):
+                call.job = result.id
+                call.complete("ok")
+            ids += [r.id for r in results]
+        self.ids += ids
+        return ids
+
+    def producer(self, name: str, pace: float = 0.03) -> Producer:
+        """A ``Producer`` on the workers' URL (so connection kills reach it too)."""
+        return Producer(self.url, self.prefix, name, Recorder(self.history, name), pace)
 
     def spawn(self) -> subprocess.Popen[bytes]:
         env = {**os.environ, "LEASEQ_CHAOS_URL": self.url, "LEASEQ_CHAOS_PREFIX": self.prefix,
-               "LEASEQ_CHAOS_LOG": str(self.log), "LEASEQ_CHAOS_LEASE": str(self.lease),
+               "LEASEQ_CHAOS_HISTORY": str(self.history), "LEASEQ_CHAOS_LEASE": str(self.lease),
                "PYTHONPATH": str(ROOT)}
         with open(self.tmp / f"worker-{len(self.workers)}.log", "wb") as out:
             proc = subprocess.Popen(
@@ -164,14 +268,14 @@ class Chaos:
 
             with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
                 conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                             "WHERE application_name = 'leaseq_chaos'")
+                             "WHERE application_name = %s", (self.name,))
         elif self.backend == "mysql":
             import pymysql
 
             conn = pymysql.connect(host="127.0.0.1", user="root", autocommit=True)
             with conn.cursor() as cur:
                 cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s "
-                            "AND id <> CONNECTION_ID() AND command <> 'Daemon'", (CHAOS_DB,))
+                            "AND id <> CONNECTION_ID() AND command <> 'Daemon'", (self.name,))
                 for (pid,) in cur.fetchall():
                     # A connection may end by itself meanwhile.
                     with contextlib.suppress(pymysql.err.OperationalError):
@@ -182,22 +286,28 @@ class Chaos:
 
             with redis.Redis.from_url(REDIS_URL) as client:
                 for info in client.client_list():
-                    if info.get("name") == "leaseq_chaos":
+                    if info.get("name") == self.name:
                         with contextlib.suppress(redis.ResponseError):  # gone meanwhile
                             client.client_kill_filter(_id=info["id"])
+        elif self.backend == "redis_cluster":
+            import redis
+
+            cluster = redis_cluster()
+            try:
+                for node in cluster.get_primaries():
+                    with redis.Redis(host=node.host, port=node.port) as client:
+                        for info in client.client_list():
+                            if info.get("name") == self.name:
+                                with contextlib.suppress(redis.ResponseError):
+                                    client.client_kill_filter(_id=info["id"])
+            finally:
+                cluster.close()
         self.count("connection_kill")
 
     def restart_server(self) -> None:
-        restart = {
-            "postgres": "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1)"
-                        " main restart -m fast",
-            "mysql": "pkill -9 -x mariadbd; sleep 0.5; start-stop-daemon --start --oknodo "
-                     "--background --exec /usr/sbin/mariadbd",
-        }[self.backend]
-        subprocess.run(["bash", "-c", restart], check=False, timeout=120,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        subprocess.run(["bash", str(ROOT / "scripts" / "services")], check=False,
-                       timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        """Restart the run's own server (``servers.py``, S4), never a shared one."""
+        assert self.server is not None, "S4 restarts a server of the run's own"
+        self.server.restart()
         self.count("server_restart")
 
     def run(self, workers: int, seconds: float, faults: list[str], every: float = 0.6) -> None:
@@ -248,42 +358,44 @@ class Chaos:
     # -- checking --------------------------------------------------------------------
 
     def starts(self) -> dict[int, list[dict[str, Any]]]:
-        """Every start the probes logged, by job id: job, token, worker, pid, at."""
+        """Every start the probes recorded, by job id: job, token, worker, pid, at."""
         starts: dict[int, list[dict[str, Any]]] = {}
-        if self.log.exists():
-            for line in self.log.read_text().splitlines():
-                if line:
-                    row = json.loads(line)
-                    starts.setdefault(row["job"], []).append(row)
+        for line in claims(self.history) if self.history.exists() else []:
+            starts.setdefault(line["job"], []).append(
+                {"job": line["job"], "token": line["token"], "at": line["t"],
+                 **(line["value"] or {})})
         return starts
 
-    def check(self) -> Report:
+    def check(self, tail_from: float | None = None) -> Report:
+        """The books of every accepted id, and the history checker's findings
+        (``tail_from``: see ``history.check``)."""
         report = Report(self.backend, self.seed, accepted=len(self.ids), faults=self.faults)
-        starts = self.starts()
+        final = final_state(self.q, "chaos")
+        states = {job.id: job.state for job in final}
         for job_id in self.ids:
-            try:
-                info = self.q.get(job_id)
-            except leaseq.JobNotFound:
-                report.lost.append(job_id)
-                continue
-            runs = starts.get(job_id, [])
-            tokens = [r["token"] for r in runs]
-            if len(tokens) != len(set(tokens)):
-                report.unexplained.append(job_id)  # one lease ran twice
-            elif len(runs) > 1:
-                report.duplicated_explained += 1  # each re-run had a newer lease
-            if info.state == "completed":
+            state = states.get(job_id)
+            if state == "completed":
                 report.completed += 1
-                # The completion must come from the newest lease that ever started it.
-                newest = max(runs, key=lambda r: r["token"]) if runs else None
-                if newest is None or info.worker_id != newest["worker"]:
-                    report.stale_accepted.append(job_id)
-            elif info.state == "dead":
+            elif state == "dead":
                 report.dead += 1
-            elif info.state in ("available", "scheduled", "running"):
+            elif state is None:
+                report.lost.append(job_id)
+            elif state in ("available", "scheduled", "running"):
                 report.still_live += 1
                 report.lost.append(job_id)  # settle() drained the queue: nothing may wait
+        report.history = check(load(self.history), final, tail_from=tail_from)
         return report
+
+    def publish(self, report: Report, scenario: str, line: str, note: str = "",
+                **figures: Any) -> None:
+        """Prints a run's line, appends it to ``$LEASEQ_CHAOS_REPORT`` and its findings
+        to ``$LEASEQ_HISTORY_REPORT`` (history.publish) when set."""
+        print(line)
+        if REPORT:
+            with open(REPORT, "a") as out:
+                out.write(line + "\n")
+        publish(report.history, scenario=scenario, backend=self.backend, seed=self.seed,
+                note=note, accepted=report.accepted, faults=self.faults, **figures)
 
     def close(self) -> None:
         for proc in self.workers:
@@ -294,6 +406,7 @@ class Chaos:
         try:
             self.q.close()
         finally:
-            if not self.own_server:
-                drop_tables(self.backend, self.prefix,
-                            CHAOS_DB if self.backend == "mysql" else None)
+            if self.backend == "mysql" and not self.own_server:
+                mysql_database(self.name, create=False)
+            elif not self.own_server:
+                drop_tables(self.backend, self.prefix)

@@ -1,13 +1,16 @@
-"""The probe a chaos run's workers execute: it logs every start with its lease token."""
+"""The probe a chaos run's workers execute: it records each delivery (a ``claim`` with its
+lease token) and its run in this process's history file (history.py), and returns its
+tag and token, so the completion the database keeps names the lease that wrote it."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
+from typing import Any
 
 import leaseq
+from tests.chaos.history import process_recorder
 
 app = leaseq.App(
     os.environ.get("LEASEQ_CHAOS_URL", "memory://chaos"),
@@ -19,20 +22,19 @@ app = leaseq.App(
 
 
 @app.task(queue="chaos", name="probe", max_attempts=50)
-def probe(work: float = 0.0, fail: float = 0.0, hold: float = 0.0, tag: str = "") -> str:
-    # ``tag`` names the enqueue, for checkers that must tell a job from another one given
-    # the same id (after an asynchronous failover).
+def probe(work: float = 0.0, fail: float = 0.0, hold: float = 0.0,
+          tag: str = "") -> dict[str, Any]:
+    # ``tag`` names the enqueue: the history's key for the job.
     ctx = leaseq.current_job()
     assert ctx is not None
-    line = json.dumps({"job": ctx.job.id, "token": ctx.job.lease_token,
-                       "worker": ctx.job.worker_id, "pid": os.getpid(), "at": time.time()})
-    fd = os.open(os.environ["LEASEQ_CHAOS_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
-    # hold: a fixed part on the first attempt only (test_half_open: the re-runs are quick)
-    time.sleep((hold if ctx.job.attempts == 1 else 0.0) + work * random.random())
-    if random.random() < fail:
-        raise RuntimeError("probe failure, retried")
-    return "ok"
+    job = ctx.job
+    recorder = process_recorder("worker")
+    recorder.observed("claim", key=tag, job=job.id, token=job.lease_token,
+                      value={"worker": job.worker_id, "pid": os.getpid()})
+    with recorder.op("run", key=tag, job=job.id, token=job.lease_token,
+                     classify=lambda exc: "failed"):
+        # hold: a fixed part on the first attempt only (test_half_open: the re-runs are quick)
+        time.sleep((hold if job.attempts == 1 else 0.0) + work * random.random())
+        if random.random() < fail:
+            raise RuntimeError("probe failure, retried")
+    return {"tag": tag, "token": job.lease_token}

@@ -7,7 +7,11 @@ state change each method's docstring names. ``tests/conformance`` holds every ba
 this contract.
 
 Fenced methods take ``(job_id, token)`` and raise ``LeaseLost`` without changing anything
-when the job is not ``running`` under that token.
+when the job is not ``running`` under that token, with two exceptions that change nothing
+either: a ``complete`` by the lease that completed the job succeeds, and a ``fail``,
+``release`` or ``bury`` by the lease that the same method ended returns what it returned
+then, while that lease is the job's last ended one (``_core/ended.py``; each backend keeps
+that lease's token and how it ended with the job, and a claim leaves them alone).
 """
 
 from __future__ import annotations
@@ -257,11 +261,17 @@ class Backend(Protocol):
         ``detail`` then clears an earlier one) and kept into history; ``get`` returns the
         detail as ``JobInfo.error_detail`` (``{"message": error}`` when none is stored).
         Every other write of an error (discard, cancel, reclaim; bury unless given one)
-        stores no detail."""
+        stores no detail.
+
+        Records the lease as ended by a nack with the state returned (``_core/ended.py``);
+        called again by that lease while it is the job's last ended one, returns that
+        state and changes nothing."""
 
     def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
         """``fail`` for each ``(id, token, error, delay, detail)`` in one transaction: the
-        state after per job, None (nothing changed) per stale lease."""
+        state after per job (for a repeat, the state its first call returned; a job listed
+        twice is failed once and its second listing is a repeat), None (nothing changed)
+        per stale lease."""
 
     def release(
         self, job_id: int, token: int, delay: float, priority: int | None = None,
@@ -272,7 +282,9 @@ class Backend(Protocol):
 
         A release is not a failure (``failed_at`` is left alone). ``error`` and ``detail``
         are an optional note, stored as ``fail`` stores them (the job's last error and
-        ``error_detail``) when ``error`` is given; None keeps the last error as it was."""
+        ``error_detail``) when ``error`` is given; None keeps the last error as it was.
+        Repeated by the lease it ended, as ``fail``: the state it returned, nothing
+        changed."""
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
@@ -280,7 +292,8 @@ class Backend(Protocol):
     ) -> None:
         """running → dead with ``reason`` as its error (buries + 1), at ``priority`` when
         given. ``detail`` (JSON object text), when given with ``reason``, is stored as
-        ``fail`` stores it: the client buries a job it cannot decode so (see ``claim``)."""
+        ``fail`` stores it: the client buries a job it cannot decode so (see ``claim``).
+        Repeated by the lease it ended, as ``fail``: nothing changed."""
 
     def kick(self, queue: str, limit: int) -> int:
         """dead → available (fresh attempts, kicks + 1) for up to ``limit`` jobs, by
@@ -362,9 +375,11 @@ class Backend(Protocol):
     def reclaim(self, limit: int) -> int:
         """running with an expired lease → available (the attempt stays counted); → dead
         when attempts are used up; → cancelled when a cancel was requested; timeouts + 1
-        and ``failed_at`` set in each case. Also dead → discarded (history, error kept)
-        for dead jobs that went dead more than their queue's ``dead_retention`` ago. At
-        most ``limit`` of each; returns how many jobs moved."""
+        and ``failed_at`` set in each case, and the lease recorded as ended by expiry (no
+        earlier lease's ``fail``, ``release`` or ``bury`` is a repeat any more). Also dead
+        → discarded (history, error kept) for dead jobs that went dead more than their
+        queue's ``dead_retention`` ago. At most ``limit`` of each; returns how many jobs
+        moved."""
 
     def prune(self, older_than: float) -> int:
         """Deletes history rows finished more than ``older_than`` seconds ago."""

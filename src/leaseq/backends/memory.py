@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from leaseq._core import limits
+from leaseq._core.ended import EXPIRED, Verb, ended_as, repeated
 from leaseq._core.flow import FlowLink, FlowState, joined
 from leaseq._core.job import (
     QUEUE_SETTINGS,
@@ -89,6 +90,8 @@ class _Row:
     headers: str | None = None  # JSON text, as stored by the other backends
     error_detail: str | None = None  # JSON text of the error, when nack gave more than text
     tags: str | None = None  # JSON array text, as the other backends store it
+    ended_token: int | None = None  # the last ended lease and how it ended (_core/ended.py)
+    ended_as: str | None = None
 
 
 @dataclass
@@ -330,6 +333,29 @@ class MemoryBackend:
             raise LeaseLost.stale(job_id, token)
         return r
 
+    def _holding(self, job_id: int, token: int) -> _Row | None:
+        """The job when lease ``token`` holds it, else None."""
+        r = self.live.get(job_id)
+        if r is None or r.state != "running" or r.lease_token != token:
+            return None
+        return r
+
+    def _repeat(self, job_id: int, token: int, verb: Verb) -> JobState:
+        """What the call of ``verb`` that ended lease ``token`` returned, when that lease
+        is the job's last ended one (a repeat after a lost reply); else ``LeaseLost``."""
+        r = self.live.get(job_id) or self.history.get(job_id)
+        state = None
+        if r is not None and r.state != "completed":  # an ack ended a completed job's lease
+            state = repeated(verb, token, r.ended_token, r.ended_as)
+        if state is None:
+            raise LeaseLost.stale(job_id, token)
+        return state
+
+    @staticmethod
+    def _ended(r: _Row, how: str) -> None:
+        """Records how ``r``'s current lease ended."""
+        r.ended_token, r.ended_as = r.lease_token, how
+
     def _touch(self, r: _Row, extend: float) -> TouchLimitExceeded | None:
         """Extends ``r``'s lease within its queue's touch limits, or says why not."""
         now = self.clock()
@@ -513,15 +539,21 @@ class MemoryBackend:
         detail: str | None = None,
     ) -> JobState:
         with self.lock:
-            r = self._held(job_id, token)
+            r = self._holding(job_id, token)
+            if r is None:
+                return self._repeat(job_id, token, "nack")
             r.failed_at = self.clock()
-            if r.cancel_requested:
+            state: JobState = ("cancelled" if r.cancel_requested
+                               else "dead" if r.attempts >= r.max_attempts
+                               else "scheduled" if delay > 0 else "available")
+            self._ended(r, ended_as("nack", state))  # before _archive copies the row
+            if state == "cancelled":
                 self._archive(r, "cancelled", None, error, detail)
-                return "cancelled"
-            if r.attempts >= r.max_attempts:
+            elif state == "dead":
                 self._to_dead(r, error, detail)
-                return "dead"
-            return self._reschedule(r, delay, error, detail)
+            else:
+                self._reschedule(r, delay, error, detail)
+            return state
 
     def fail_many(self, items: Sequence[FailItem]) -> list[JobState | None]:
         with self.lock:  # one lock hold: all or nothing is seen, as one transaction
@@ -538,25 +570,34 @@ class MemoryBackend:
         error: str | None = None, detail: str | None = None,
     ) -> JobState:
         with self.lock:
-            r = self._held(job_id, token)
+            r = self._holding(job_id, token)
+            if r is None:
+                return self._repeat(job_id, token, "release")
             if r.cancel_requested:
+                self._ended(r, ended_as("release", "cancelled"))
                 self._archive(r, "cancelled", None, None)
                 return "cancelled"
             r.attempts -= 1
             r.releases += 1
             if priority is not None:
                 r.priority = priority
-            return self._reschedule(r, delay, error, detail)
+            state = self._reschedule(r, delay, error, detail)
+            self._ended(r, ended_as("release", state))
+            return state
 
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
     ) -> None:
         with self.lock:
-            r = self._held(job_id, token)
+            r = self._holding(job_id, token)
+            if r is None:
+                self._repeat(job_id, token, "bury")
+                return
             if priority is not None:
                 r.priority = priority
             self._to_dead(r, reason, detail)
+            self._ended(r, ended_as("bury", "dead"))
 
     def _revive(self, r: _Row) -> None:
         """dead → available now, with a fresh round of attempts."""
@@ -757,6 +798,7 @@ class MemoryBackend:
             for r in expired:
                 r.timeouts += 1
                 r.failed_at = now
+                self._ended(r, EXPIRED)
                 if r.cancel_requested:
                     self._archive(r, "cancelled", None, "lease expired")
                 elif r.attempts >= r.max_attempts:

@@ -63,6 +63,7 @@ from leaseq._core.redact import redact_url
 from leaseq._core.version import VERSION
 from leaseq._hooks import FailureHook
 from leaseq.errors import (
+    AuthenticationFailed,
     BackendUnavailable,
     LeaseLost,
     LeaseqError,
@@ -72,7 +73,7 @@ from leaseq.errors import (
 from leaseq.tasks import App, Task
 from leaseq.worker import logs, startup
 from leaseq.worker import turn as turn_
-from leaseq.worker.completer import Completer
+from leaseq.worker.completer import RETRY_FIRST, RETRY_MAX, Completer
 from leaseq.worker.context import JobContext, set_current
 from leaseq.worker.heartbeat import FENCE_MARGIN, Heartbeats, unreplicated
 from leaseq.worker.threads import HandlerThreads
@@ -81,6 +82,10 @@ if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
 
 T = TypeVar("T")
+REPEATABLE = frozenset({"nack", "release", "bury"})
+"""Outcome writes a worker tries again after an unknown outcome while its lease lasts
+(the ack's own retry is the completer's)."""
+
 log = logging.getLogger("leaseq.worker")
 
 ASYNC_CONCURRENCY = 1000
@@ -874,7 +879,7 @@ class Worker(Heartbeats):
                     return True
                 for method, args, kwargs in decide.calls(job, result, backoff):
                     try:
-                        returned = await getattr(aq, method)(*args, **kwargs)
+                        returned = await self._while_held(aq, job, method, args, kwargs)
                     except NotReplicated as exc:  # written on the primary: carry on
                         unreplicated(exc, f"{method} of job {job.id}")
                         returned = exc.result
@@ -899,6 +904,27 @@ class Worker(Heartbeats):
         except LeaseqError as exc:
             log.error("job %s: outcome not written (%s); the lease will expire", job.id, exc)
         return False
+
+    async def _while_held(self, aq: AsyncQueue, job: Job, method: str,
+                          args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """``aq.method(*args, **kwargs)``, tried again while the lease lasts when its
+        outcome is unknown (the database unreachable, a reply lost): a repeated ``nack``,
+        ``release`` or ``bury`` returns what the first one did if that one committed
+        (design §62), so giving up at once would only leave the job to its lease's
+        expiry. Other calls (``discard`` after a bury) are made once."""
+        pause = RETRY_FIRST
+        while True:
+            try:
+                return await getattr(aq, method)(*args, **kwargs)
+            except BackendUnavailable as exc:
+                again = (method in REPEATABLE and not isinstance(exc, AuthenticationFailed)
+                         and self._lease_ends(job) > time.monotonic() + pause)
+                if not again:
+                    raise
+                log.log(_outage.level(), "%s of job %s failed (%s); trying again in %.1f s "
+                        "while its lease lasts", method, job.id, exc, pause)
+                await asyncio.sleep(pause)
+                pause = min(RETRY_MAX, pause * 2)
 
     # -- failure hooks -------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ plan and keeps the same result.
 
 Fencing lives here: every holder write first locks the row by ``(id, lease_token,
 state='running')`` (``lock_held``) and raises ``LeaseLost`` when nothing matches, so a
-stale holder changes nothing.
+stale holder changes nothing; a ``nack``, ``release`` or ``bury`` that matches nothing
+first asks whether it repeats the call that ended its lease (``repeat``,
+``_core/ended.py``) and then returns that call's result instead.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, cast
 
+from leaseq._core.ended import EXPIRED, Verb, ended_as, repeated
 from leaseq._core.flow import FlowLink, FlowState, joined
 from leaseq._core.job import (
     LIVE_STATES,
@@ -578,12 +581,31 @@ class SqlOps:
             raise outcome
         return outcome
 
-    def lock_held(self, job_id: int, token: int) -> Plan[tuple[int, int, bool]]:
+    def lock_held(self, job_id: int, token: int) -> Plan[tuple[int, int, bool] | None]:
+        """Locks the job held under ``token``: ``(attempts, max_attempts,
+        cancel_requested)``, or None when that lease does not hold it."""
         r = yield Stmt("lock_held", {"id": job_id, "token": token})
         if not r.rows:
-            raise LeaseLost.stale(job_id, token)
+            return None
         attempts, max_attempts, cancel_requested = r.rows[0]
         return attempts, max_attempts, bool(cancel_requested)
+
+    def repeat(self, job_id: int, token: int, verb: Verb) -> Plan[JobState]:
+        """``verb`` by lease ``token``, which no longer holds the job: what the call that
+        ended that lease returned, when it was this verb's and the lease is still the
+        job's last ended one (a repeat after a lost reply changes nothing); else
+        ``LeaseLost``. One read, only on this path."""
+        ended = yield from self.ended_leases([job_id])
+        state = repeated(verb, token, *ended.get(job_id, (None, None)))
+        if state is None:
+            raise LeaseLost.stale(job_id, token)
+        return state
+
+    def ended_leases(self, job_ids: Sequence[int]) -> Plan[dict[int, tuple[Any, Any]]]:
+        """``{id: (ended_token, ended_as)}`` of the jobs, live or in history (completed
+        jobs left out: see ``ended_leases`` in queries.sql)."""
+        r = yield Stmt("ended_leases", {"ids": self.d.ids(job_ids)})
+        return {int(job_id): (token, how) for job_id, token, how in r.rows}
 
     # -- holder outcomes ---------------------------------------------------------------
 
@@ -814,11 +836,14 @@ class SqlOps:
 
     def archive(
         self, job_id: int, state: JobState, *, result: str | None, error: str | None,
-        detail: str | None = None,
+        detail: str | None = None, ended: str | None = None,
     ) -> Plan[None]:
-        """Writes the history row and removes the live row; callers hold the row."""
+        """Writes the history row and removes the live row; callers hold the row.
+        ``ended``: how the lease this archive ends ended (``_core/ended.py``); None keeps
+        the job's last ended lease as it was (an ack, which repeats by
+        ``completed_tokens``, or a job no lease holds)."""
         params = {"id": job_id, "state": state, "result": result, "error": error,
-                  "detail": detail}
+                  "detail": detail, "ended": ended}
         yield Stmt("archive", params)
         yield Stmt("delete_job", {"id": job_id})
 
@@ -827,13 +852,17 @@ class SqlOps:
         detail: str | None = None,
     ) -> Plan[JobState]:
         held = yield from self.lock_held(job_id, token)
+        if held is None:
+            return (yield from self.repeat(job_id, token, "nack"))
         return (yield from self.fail_held(job_id, *held, error=error, delay=delay,
                                           detail=detail))
 
     def fail_many(self, items: Sequence[FailItem]) -> Plan[list[JobState | None]]:
         """``fail`` for each ``(id, token, error, delay)`` in one transaction: one locking
-        read of every job still held (``lock_held_many``), then each job's own write; None
-        (nothing changed) per stale lease."""
+        read of every job still held (``lock_held_many``), then each job's own write; for
+        the rest, one read of their last ended leases (only when some job was not held):
+        a repeat's first result (a job listed twice is failed once, its second listing a
+        repeat), None (nothing changed) per stale lease."""
         pairs = list(dict.fromkeys((item[0], item[1]) for item in items))
         params = {"ids": self.d.ids([i for i, _ in pairs]), "pairs": self.d.pairs(pairs)}
         r = yield Stmt("lock_held_many", params)
@@ -846,6 +875,12 @@ class SqlOps:
             else:
                 states.append((yield from self.fail_held(job_id, *lease, error=error,
                                                          delay=delay, detail=detail)))
+        missed = [item[0] for item, state in zip(items, states, strict=True) if state is None]
+        if missed:
+            ended = yield from self.ended_leases(missed)
+            states = [state if state is not None
+                      else repeated("nack", token, *ended.get(job_id, (None, None)))
+                      for (job_id, token, *_), state in zip(items, states, strict=True)]
         return states
 
     def fail_held(
@@ -858,11 +893,11 @@ class SqlOps:
         if cancel_requested:
             yield Stmt("note_failure", {"id": job_id, "timeout": 0})
             yield from self.archive(job_id, "cancelled", result=None, error=error,
-                                    detail=detail)
+                                    detail=detail, ended=ended_as("nack", "cancelled"))
             return "cancelled"
         if attempts >= max_attempts:
             params = {"id": job_id, "error": error, "detail": detail, "priority": None,
-                      "failed": True}
+                      "failed": True, "ended": ended_as("nack", "dead")}
             yield Stmt("to_dead", params)
             return "dead"
         return (yield from self.reschedule(job_id, delay, error, give_back=0, detail=detail))
@@ -872,19 +907,26 @@ class SqlOps:
         priority: int | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
         """Back to the queue after ``delay``: a release (``give_back`` 1, the attempt
-        returned) or a failure (0)."""
+        returned) or a failure (0). The state returned is recorded with the lease that
+        ends, so a repeat returns it even once the job is due."""
+        state: JobState = "scheduled" if delay > 0 else "available"
         params = {"id": job_id, "delay": self.d.span(delay), "error": error,
-                  "detail": detail, "give_back": give_back, "priority": priority}
+                  "detail": detail, "give_back": give_back, "priority": priority,
+                  "ended": ended_as("release" if give_back else "nack", state)}
         yield Stmt("reschedule", params)
-        return "scheduled" if delay > 0 else "available"
+        return state
 
     def release(
         self, job_id: int, token: int, delay: float, priority: int | None = None,
         error: str | None = None, detail: str | None = None,
     ) -> Plan[JobState]:
-        _, _, cancel_requested = yield from self.lock_held(job_id, token)
+        held = yield from self.lock_held(job_id, token)
+        if held is None:
+            return (yield from self.repeat(job_id, token, "release"))
+        _, _, cancel_requested = held
         if cancel_requested:
-            yield from self.archive(job_id, "cancelled", result=None, error=None)
+            yield from self.archive(job_id, "cancelled", result=None, error=None,
+                                    ended=ended_as("release", "cancelled"))
             return "cancelled"
         return (yield from self.reschedule(job_id, delay, error, give_back=1, priority=priority,
                                            detail=detail))
@@ -893,9 +935,12 @@ class SqlOps:
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
     ) -> Plan[None]:
-        yield from self.lock_held(job_id, token)
+        if (yield from self.lock_held(job_id, token)) is None:
+            yield from self.repeat(job_id, token, "bury")
+            return
         yield Stmt("to_dead", {"id": job_id, "error": reason, "detail": detail,
-                               "priority": priority, "failed": False})
+                               "priority": priority, "failed": False,
+                               "ended": ended_as("bury", "dead")})
 
     # -- operator verbs ------------------------------------------------------------------
 
@@ -1086,7 +1131,8 @@ class SqlOps:
         for job_id, attempts, max_attempts, cancel_requested in r.rows:
             if cancel_requested:
                 yield Stmt("note_failure", {"id": job_id, "timeout": 1})
-                yield from self.archive(job_id, "cancelled", result=None, error="lease expired")
+                yield from self.archive(job_id, "cancelled", result=None, error="lease expired",
+                                        ended=EXPIRED)
                 reclaimed += 1
             elif attempts >= max_attempts:
                 dead.append(job_id)

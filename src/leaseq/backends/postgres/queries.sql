@@ -136,42 +136,48 @@ FROM done
 RETURNING id, pg_notify('{prefix}done', id::text);
 
 -- name: archive
--- The history row keeps the counters; its updated_at is the finish.
+-- The history row keeps the counters; its updated_at is the finish. It keeps the
+-- job's last ended lease (ended_token, ended_as), or, with :ended, records the lease this
+-- archive ends (a nack, release or reclaim of a job asked to cancel).
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags)
+                             headers, error_detail, tags, ended_token, ended_as)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
        lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
-       CASE WHEN :state::text = 'completed' THEN NULL WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END, tags
+       CASE WHEN :state::text = 'completed' THEN NULL WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END, tags,
+       CASE WHEN :ended::text IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended::text, ended_as)
 FROM {prefix}jobs WHERE id = :id
 RETURNING pg_notify('{prefix}done', id::text);
 
 -- name: to_dead
 -- bury (:failed false) or a failure with attempts used up (:failed true); :priority NULL
--- keeps the job's priority.
+-- keeps the job's priority. :ended records how the holder's lease ended (_core/ended.py).
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error::text, last_error),
     error_detail = CASE WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END,
     priority = COALESCE(:priority::integer, priority), buries = buries + 1,
-    failed_at = CASE WHEN :failed::boolean THEN now() ELSE failed_at END, updated_at = now()
+    failed_at = CASE WHEN :failed::boolean THEN now() ELSE failed_at END, updated_at = now(),
+    ended_token = lease_token, ended_as = :ended::text
 WHERE id = :id
 RETURNING pg_notify('{prefix}done', id::text);
 
 -- name: reschedule
 -- :give_back is 1 for a release (the attempt comes back; counted as a release) and 0 for
--- a failure (counted by failed_at); :priority NULL keeps the job's priority.
+-- a failure (counted by failed_at); :priority NULL keeps the job's priority. :ended
+-- records how the holder's lease ended (_core/ended.py).
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     releases = releases + :give_back, priority = COALESCE(:priority::integer, priority),
     available_at = now() + make_interval(secs => :delay),
     last_error = COALESCE(:error::text, last_error),
     error_detail = CASE WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END,
-    failed_at = CASE WHEN :give_back = 0 THEN now() ELSE failed_at END, updated_at = now()
+    failed_at = CASE WHEN :give_back = 0 THEN now() ELSE failed_at END, updated_at = now(),
+    ended_token = lease_token, ended_as = :ended::text
 WHERE id = :id;
 
 -- name: note_failure
@@ -249,16 +255,20 @@ ORDER BY lease_until LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
 -- name: reclaim_to_available
+-- An expired lease ends here: recorded as such, so no earlier lease's nack, release or
+-- bury counts as a repeat any more (_core/ended.py).
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, available_at = now(),
     last_error = 'lease expired', error_detail = NULL, timeouts = timeouts + 1, failed_at = now(),
-    updated_at = now()
+    updated_at = now(),
+    ended_token = lease_token, ended_as = 'expired'
 WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now();
 
 -- name: reclaim_to_dead
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = :error, error_detail = NULL, timeouts = timeouts + 1,
-    buries = buries + 1, failed_at = now(), updated_at = now()
+    buries = buries + 1, failed_at = now(), updated_at = now(),
+    ended_token = lease_token, ended_as = 'expired'
 WHERE id = ANY(:ids) AND state = 'running' AND lease_until <= now()
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -287,11 +297,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags)
+                             headers, error_detail, tags, ended_token, ended_as)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
        lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
-       error_detail, tags
+       error_detail, tags, ended_token, ended_as
 FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead'
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -472,6 +482,17 @@ DROP TABLE IF EXISTS {prefix}history, {prefix}jobs, {prefix}queues, {prefix}migr
 -- Jobs already completed, with the token that completed them: a retried ack whose first
 -- attempt committed finds its own token here and is a success, not a LeaseLost.
 SELECT id, lease_token FROM {prefix}history WHERE id = ANY(:ids) AND state = 'completed';
+
+-- name: ended_leases
+-- The last ended lease of each job, live or in history (_core/ended.py): a nack, release
+-- or bury whose lease no longer holds the job reads it to tell a repeat of the call that
+-- ended that lease (its first reply lost) from a stale call. Completed jobs are left
+-- out: their last lease is the one that acked them, and an ack repeats by
+-- completed_tokens.
+SELECT id, ended_token, ended_as FROM {prefix}jobs WHERE id = ANY(:ids)
+UNION ALL
+SELECT id, ended_token, ended_as FROM {prefix}history
+WHERE id = ANY(:ids) AND state <> 'completed';
 
 -- Enqueue limits, queue settings, peek, server version (issue 11) ------------------------
 

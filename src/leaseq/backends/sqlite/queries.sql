@@ -89,36 +89,41 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND state = 'running';
 
 -- name: archive
--- The history row keeps the counters; its updated_at is the finish ('now' is the same
--- value throughout one statement).
+-- The history row keeps the counters; its updated_at is the finish. It keeps the
+-- job's last ended lease (ended_token, ended_as), or, with :ended, records the lease this
+-- archive ends (a nack, release or reclaim of a job asked to cancel). 'now' is the same
+-- value throughout one statement.
 INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, priority,
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags)
+                             headers, error_detail, tags, ended_token, ended_as)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        (julianday('now') - 2440587.5) * 86400.0, headers,
-       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END, tags
+       CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END, tags,
+       CASE WHEN :ended IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended, ended_as)
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
 -- bury (:failed false) or a failure with attempts used up (:failed true); :priority NULL
--- keeps the job's priority.
+-- keeps the job's priority. :ended records how the holder's lease ended (_core/ended.py).
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = COALESCE(:error, last_error),
     error_detail = CASE WHEN :error IS NULL THEN error_detail ELSE :detail END,
     priority = COALESCE(:priority, priority), buries = buries + 1,
     failed_at = CASE WHEN :failed THEN (julianday('now') - 2440587.5) * 86400.0
                      ELSE failed_at END,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    ended_token = lease_token, ended_as = :ended
 WHERE id = :id;
 
 -- name: reschedule
 -- :give_back is 1 for a release (the attempt comes back; counted as a release) and 0 for
--- a failure (counted by failed_at); :priority NULL keeps the job's priority.
+-- a failure (counted by failed_at); :priority NULL keeps the job's priority. :ended
+-- records how the holder's lease ended (_core/ended.py).
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     releases = releases + :give_back, priority = COALESCE(:priority, priority),
@@ -127,7 +132,8 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     error_detail = CASE WHEN :error IS NULL THEN error_detail ELSE :detail END,
     failed_at = CASE WHEN :give_back = 0 THEN (julianday('now') - 2440587.5) * 86400.0
                      ELSE failed_at END,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    ended_token = lease_token, ended_as = :ended
 WHERE id = :id;
 
 -- name: note_failure
@@ -211,12 +217,15 @@ WHERE state = 'running' AND lease_until <= (julianday('now') - 2440587.5) * 8640
 ORDER BY lease_until LIMIT :limit;
 
 -- name: reclaim_to_available
+-- An expired lease ends here: recorded as such, so no earlier lease's nack, release or
+-- bury counts as a repeat any more (_core/ended.py).
 UPDATE {prefix}jobs
 SET state = 'available', lease_until = NULL,
     available_at = (julianday('now') - 2440587.5) * 86400.0,
     last_error = 'lease expired', error_detail = NULL, timeouts = timeouts + 1,
     failed_at = (julianday('now') - 2440587.5) * 86400.0,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    ended_token = lease_token, ended_as = 'expired'
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND lease_until <= (julianday('now') - 2440587.5) * 86400.0;
 
@@ -224,7 +233,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
 UPDATE {prefix}jobs
 SET state = 'dead', lease_until = NULL, last_error = :error, error_detail = NULL, timeouts = timeouts + 1,
     buries = buries + 1, failed_at = (julianday('now') - 2440587.5) * 86400.0,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    ended_token = lease_token, ended_as = 'expired'
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND lease_until <= (julianday('now') - 2440587.5) * 86400.0;
 
@@ -249,12 +259,12 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags)
+                             headers, error_detail, tags, ended_token, ended_as)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        (julianday('now') - 2440587.5) * 86400.0, headers,
-       error_detail, tags
+       error_detail, tags, ended_token, ended_as
 FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
 
 -- name: delete_dead
@@ -435,6 +445,17 @@ DROP TABLE IF EXISTS {prefix}flow_parts;
 -- Jobs already completed, with the token that completed them: a retried ack whose first
 -- attempt committed finds its own token here and is a success, not a LeaseLost.
 SELECT id, lease_token FROM {prefix}history WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'completed';
+
+-- name: ended_leases
+-- The last ended lease of each job, live or in history (_core/ended.py): a nack, release
+-- or bury whose lease no longer holds the job reads it to tell a repeat of the call that
+-- ended that lease (its first reply lost) from a stale call. Completed jobs are left
+-- out: their last lease is the one that acked them, and an ack repeats by
+-- completed_tokens.
+SELECT id, ended_token, ended_as FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids))
+UNION ALL
+SELECT id, ended_token, ended_as FROM {prefix}history
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'completed';
 
 -- Enqueue limits, queue settings, peek, server version (issue 11) ------------------------
 

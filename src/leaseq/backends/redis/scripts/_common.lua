@@ -99,7 +99,10 @@
 -- by enqueue and never changed), error_detail? (the last error as the JSON object nack
 -- was given; written and cleared with error, absent when the text says it all), tags?
 -- (JSON array text, written by enqueue and never changed; list.lua finds a tag by its
--- quoted text in it).
+-- quoted text in it), ended_token? and ended_as? (the token of the job's last ended lease
+-- and how it ended, _core/ended.py: "nack:scheduled", "bury:dead", "expired", ...;
+-- written where a nack, release, bury or reclaim ends a lease, left alone by claims, kept
+-- in history; repeated() reads them).
 -- "?" = absent when null, and
 -- an absent counter is 0: enqueue, the hot path, writes none of them.
 --
@@ -255,6 +258,18 @@ local function completed_by(key, token)
   return f.state == 'completed' and f.lease_token == token
 end
 
+-- For a `verb` (nack, release, bury) by lease `token` that no longer holds the job: the
+-- state the call of that verb that ended the lease returned, when that lease is still
+-- the job's last ended one (a repeat after a lost reply: answered, nothing written);
+-- else nil. A completed job's last lease is the one that acked it. (_core/ended.py.)
+local function repeated(key, token, verb)
+  local f = fields(key, 'state', 'ended_token', 'ended_as')
+  if f.state == 'completed' or f.ended_token ~= token or not f.ended_as then return nil end
+  local done, state = string.match(f.ended_as, '^(%a+):(%a+)$')
+  if done == verb then return state end
+  return nil
+end
+
 -- A new error `err` replaces the last one with its JSON `detail` (false: none, and any
 -- earlier detail goes); no error keeps both.
 local function set_error(key, set, err, detail)
@@ -282,12 +297,14 @@ local function reschedule(q, key, id, now, delay, err, more, detail)
 end
 
 -- running -> dead (error kept unless a new one is given), buries + 1; indexed in buried
--- by the time it went dead, for dead_retention.
-local function to_dead(q, key, id, err, now, detail)
+-- by the time it went dead, for dead_retention. Also writes the pairs in `more` (the
+-- ended lease) in the same HSET.
+local function to_dead(q, key, id, err, now, detail, more)
   redis.call('ZREM', q.running, id)
   redis.call('HDEL', key, 'lease_until')
   local set = {'state', 'dead', 'updated_at', int(now)}
   set_error(key, set, err, detail)
+  for _, v in ipairs(more or {}) do set[#set + 1] = v end
   hset(key, set)
   redis.call('HINCRBY', key, 'buries', 1)
   redis.call('ZADD', q.dead, dead_score(redis.call('HGET', key, 'priority')), dead_member(id))
@@ -377,23 +394,30 @@ local function complete_held(q, key, id, result, now)
   FINISHED[FINISHED_N] = id
 end
 
--- fail (nack) of a job whose lease the caller has just checked: -> cancelled (history)
--- when a cancel was requested, -> dead when its attempts are used up, else -> available
--- after `delay` µs. failed_at = now in every case. Returns the state after.
-local function fail_held(q, key, err, delay, now, detail)
+-- fail (nack) of a job that lease `token` holds, as the caller has just checked: ->
+-- cancelled (history) when a cancel was requested, -> dead when its attempts are used
+-- up, else -> available after `delay` µs. failed_at = now in every case, and the lease
+-- recorded as ended by this nack with the state after, which it returns.
+local function fail_held(q, key, token, err, delay, now, detail)
   local f = fields(key, 'id', 'attempts', 'max_attempts', 'cancel_requested')
-  redis.call('HSET', key, 'failed_at', int(now))
+  local state = 'available'
   if f.cancel_requested then
+    state = 'cancelled'
+  elseif tonumber(f.attempts) >= tonumber(f.max_attempts) then
+    state = 'dead'
+  elseif delay > 0 then
+    state = 'scheduled'
+  end
+  redis.call('HSET', key, 'failed_at', int(now), 'ended_token', token,
+             'ended_as', 'nack:' .. state)
+  if state == 'cancelled' then
     archive(q, key, f.id, 'cancelled', false, err, now, detail)
-    return 'cancelled'
-  end
-  if tonumber(f.attempts) >= tonumber(f.max_attempts) then
+  elseif state == 'dead' then
     to_dead(q, key, f.id, err, now, detail)
-    return 'dead'
+  else
+    reschedule(q, key, f.id, now, delay, err, nil, detail)
   end
-  reschedule(q, key, f.id, now, delay, err, nil, detail)
-  if delay > 0 then return 'scheduled' end
-  return 'available'
+  return state
 end
 
 -- The touch limits of queue q (its settings), in µs where they are durations; false

@@ -6,7 +6,9 @@
 -- delay (µs), the error as JSON (optional: error_detail)
 -- Publishes: each queue with a job available now, once, on P:wake
 -- Returns: per item the new state (available, scheduled, dead, cancelled), "lost" (not
--- held: unchanged) or "missing" (no such job)
+-- held: unchanged) or "missing" (no such job); for a repeat of the nack that ended the
+-- item's lease (fail.lua), the state that nack returned. A job listed twice fails once,
+-- its second listing a repeat.
 
 local now = now_us()
 local queues = {}
@@ -16,9 +18,14 @@ for i = 1, #ARGV, 6 do
   queues[g] = queues[g] or queue_at(1 + (tonumber(g) - 1) * GROUP)
   local q = queues[g]
   local key = q.job .. ARGV[i + 1]
-  local refused = not_held(key, ARGV[i + 2])
-  out[#out + 1] = refused or fail_held(q, key, opt(ARGV[i + 3]), tonumber(ARGV[i + 4]), now,
-                                       opt(ARGV[i + 5]))
+  local token = ARGV[i + 2]
+  local refused = not_held(key, token)
+  if refused then
+    out[#out + 1] = repeated(key, token, 'nack') or refused
+  else
+    out[#out + 1] = fail_held(q, key, token, opt(ARGV[i + 3]), tonumber(ARGV[i + 4]), now,
+                              opt(ARGV[i + 5]))
+  end
 end
 publish_finished()
 return out

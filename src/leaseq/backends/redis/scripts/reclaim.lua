@@ -49,8 +49,10 @@ local count = math.min(limit, #expired)
 for i = 1, count do
   local id, q = expired[i][2], expired[i][3]
   local key = q.job .. id
-  local f = fields(key, 'attempts', 'max_attempts', 'cancel_requested')
-  redis.call('HSET', key, 'failed_at', t)
+  local f = fields(key, 'attempts', 'max_attempts', 'cancel_requested', 'lease_token')
+  -- The lease ends here, expired: no earlier lease's nack, release or bury is a repeat
+  -- any more (repeated in _common.lua).
+  redis.call('HSET', key, 'failed_at', t, 'ended_token', f.lease_token, 'ended_as', 'expired')
   redis.call('HINCRBY', key, 'timeouts', 1)
   if f.cancel_requested then
     archive(q, key, id, 'cancelled', false, 'lease expired', now)
