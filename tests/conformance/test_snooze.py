@@ -56,12 +56,12 @@ def test_a_snooze_with_a_delay_schedules_the_job(q):
     job_id = q.enqueue("q").id
     job = take(q, expect=job_id)
     before = utcnow()
-    assert q.snooze(job, timedelta(seconds=0.3)) == "scheduled"
+    assert q.snooze(job, timedelta(seconds=0.5)) == "scheduled"
     after = utcnow()
     info = q.get(job_id)
     assert (info.state, info.attempts, info.snoozes) == ("scheduled", 0, 1)
-    assert_between(info.available_at, before + timedelta(seconds=0.3),
-                   after + timedelta(seconds=0.3))
+    assert_between(info.available_at, before + timedelta(seconds=0.5),
+                   after + timedelta(seconds=0.5))
     assert q.dequeue("q") == []
     [again] = wait_for(lambda: q.dequeue("q"), timeout=5, message="the snoozed job")
     assert (again.id, again.attempts, again.snoozes) == (job_id, 1, 1)
