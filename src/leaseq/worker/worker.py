@@ -82,7 +82,7 @@ if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
 
 T = TypeVar("T")
-REPEATABLE = frozenset({"nack", "release", "bury"})
+REPEATABLE = frozenset({"nack", "release", "snooze", "bury"})
 """Outcome writes a worker tries again after an unknown outcome while its lease lasts
 (the ack's own retry is the completer's)."""
 
@@ -909,9 +909,9 @@ class Worker(Heartbeats):
                           args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """``aq.method(*args, **kwargs)``, tried again while the lease lasts when its
         outcome is unknown (the database unreachable, a reply lost): a repeated ``nack``,
-        ``release`` or ``bury`` returns what the first one did if that one committed
-        (design §62), so giving up at once would only leave the job to its lease's
-        expiry. Other calls (``discard`` after a bury) are made once."""
+        ``release``, ``snooze`` or ``bury`` returns what the first one did if that one
+        committed (design §62), so giving up at once would only leave the job to its
+        lease's expiry. Other calls (``discard`` after a bury) are made once."""
         pause = RETRY_FIRST
         while True:
             try:
