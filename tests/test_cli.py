@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,30 @@ def test_flow_control_limits_from_the_command_line(run) -> None:  # type: ignore
     assert bad.returncode == 1 and "rate_per_sec" in bad.stderr
     reset = json.loads(run("queue", "set", "api", "--rate-per-sec", "none", "--json").stdout)
     assert reset["rate_per_sec"] is None and reset["concurrency_limit"] == 2
+
+
+def test_timed_pauses_and_max_snoozes_from_the_command_line(run) -> None:  # type: ignore[no-untyped-def]
+    assert run("enqueue", "api", "{}").returncode == 0
+    out = run("pause", "api", "--until", "15m")
+    assert (out.returncode, out.stdout.strip()) == (0, "queue api paused for 900 s")
+    shown = json.loads(run("stats", "--json").stdout)[0]
+    assert shown["paused"] is True and shown["paused_until"] is not None
+    assert "until" in run("stats").stdout and "until" in run("queues").stdout  # may wrap
+    end = (datetime.now(timezone.utc) + timedelta(hours=2)).replace(microsecond=0)
+    iso = end.isoformat().replace("+00:00", "Z")
+    paused = json.loads(run("pause", "api", "--until", iso, "--json").stdout)
+    assert paused == {"queue": "api", "paused": True, "paused_until": iso}
+    assert json.loads(run("stats", "--json").stdout)[0]["paused_until"].startswith(
+        end.isoformat()[:19])
+    assert run("pause", "api", "--until", "2020-01-01T00:00:00Z").returncode == 1  # passed
+    assert run("pause", "api", "--until", "2099-01-01T00:00:00").returncode == 2  # no zone
+    assert run("pause", "api", "--until", "soon").returncode == 2
+    assert run("resume", "api").returncode == 0
+    assert json.loads(run("stats", "--json").stdout)[0]["paused_until"] is None
+    config = json.loads(run("queue", "set", "api", "--max-snoozes", "3", "--json").stdout)
+    assert config["max_snoozes"] == 3
+    assert "max_snoozes=3" in run("queues").stdout
+    assert run("queue", "set", "api", "--max-snoozes", "-1").returncode == 1
 
 
 def test_max_queues_from_the_command_line(run) -> None:  # type: ignore[no-untyped-def]

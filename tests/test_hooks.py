@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -246,6 +248,51 @@ def test_drain_runs_the_same_hooks(memory_app: leaseq.App, calls: Calls) -> None
     [(info, exc, _)] = calls.of("failure", b)
     assert isinstance(exc, leaseq.Bury) and info.state == "dead"
     assert len(calls.of("app_dead", b)) == 1
+
+
+def test_a_snooze_is_no_failure_and_calls_on_dead_only_past_max_snoozes(
+    memory_app: leaseq.App, calls: Calls,
+) -> None:
+    app = memory_app
+    app.queue.configure_queue("default", max_snoozes=2)
+
+    @app.task(max_attempts=1, on_failure=calls.hook("failure"))
+    def busy_upstream() -> None:
+        raise leaseq.RetryAfter(0)  # due again at once: drain runs it again
+
+    job = busy_upstream.enqueue().id
+    assert testing.drain(app) == testing.DrainResult(0, 0, 3)  # nothing raised
+    assert not calls.of("failure")  # RetryAfter is not a failed attempt
+    [(dead, exc, _)] = calls.of("app_dead", job)
+    assert isinstance(exc, leaseq.RetryAfter)
+    assert (dead.state, dead.snoozes, dead.attempts) == ("dead", 2, 1)
+    assert "snoozed 2 times" in (dead.error or "")
+
+
+def test_retry_after_checks_its_arguments() -> None:
+    assert leaseq.RetryAfter(timedelta(minutes=1), scope="queue").seconds == 60.0
+    assert leaseq.RetryAfter(0).scope == "job"
+    for bad in (-1, math.nan, math.inf, True, "30"):
+        with pytest.raises(leaseq.InvalidArgument):
+            leaseq.RetryAfter(bad)  # type: ignore[arg-type]
+    with pytest.raises(leaseq.InvalidArgument, match="scope"):
+        leaseq.RetryAfter(1, scope="tenant")  # type: ignore[arg-type]
+
+
+def test_retry_after_with_partition_scope_fails_the_attempt_until_partitions_exist(
+    memory_app: leaseq.App,
+) -> None:
+    app = memory_app
+
+    @app.task(max_attempts=1)
+    def per_tenant() -> None:
+        raise leaseq.RetryAfter(5, scope="partition")
+
+    job = per_tenant.enqueue().id
+    assert testing.drain(app, raise_errors=False) == testing.DrainResult(0, 1)
+    dead = app.queue.get(job)
+    assert dead.state == "dead" and "partitions" in (dead.error or "")
+    assert (dead.error_detail or {}).get("type") == "InvalidArgument"
 
 
 def test_drain_logs_a_raising_hook_and_still_raises_the_handler_error(

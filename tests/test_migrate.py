@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,8 +80,11 @@ OLD_ROWS = {
 }
 
 
-def _old_schema(backend: str, url: str, prefix: str, upto: int = 3) -> None:
-    """Tables as migrations 1-``upto`` left them, recorded as applied; from before
+def _old_schema(
+    backend: str, url: str, prefix: str, upto: int = 3, also: tuple[int, ...] = ()
+) -> None:
+    """Tables as migrations 1-``upto`` left them, and the later ones in ``also`` (as when
+    branches land their migrations in either order), recorded as applied; from before
     migration 0004 (``upto`` 3), with an available and a dead job in them."""
     from leaseq.backends._sql.plan import load_migrations
 
@@ -92,37 +96,19 @@ def _old_schema(backend: str, url: str, prefix: str, upto: int = 3) -> None:
     import importlib
 
     d = getattr(importlib.import_module(f"{package}.driver"), dialect)(prefix)
-    if backend == "postgres":
-        import psycopg
-
-        conn: object = psycopg.connect(url, autocommit=True)
-    elif backend == "mysql":
-        from urllib.parse import urlsplit
-
-        import pymysql
-
-        parts = urlsplit(url)
-        conn = pymysql.connect(host=parts.hostname, port=parts.port or 3306,
-                               user=parts.username, password=parts.password or "",
-                               database=parts.path.lstrip("/"), autocommit=True)
-    else:
-        import sqlite3
-
-        from leaseq.backends.sqlite.driver import sqlite_path
-
-        conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
-    cur = conn.cursor()  # type: ignore[attr-defined]
+    conn = _raw(backend, url)
+    cur = conn.cursor()
     cur.execute(d.q["migrations_table"])
     for version, name, statements in load_migrations(package, prefix):
-        if version > upto:
-            break
+        if version > upto and version not in also:
+            continue
         for statement in statements:
             cur.execute(statement)
         cur.execute(d.q["record_version"], {"version": version, "name": name})
     if upto == 3:
         for n, state in ((1, "available"), (2, "dead")):
             cur.execute(OLD_ROWS[backend].format(p=prefix), (f'{{"n": {n}}}', state))
-    conn.close()  # type: ignore[attr-defined]
+    conn.close()
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
@@ -173,7 +159,9 @@ def test_migration_0013_on_tables_holding_jobs_keeps_their_leases(
            "mysql": MYSQL_URL}[backend]
     prefix = new_prefix()
     try:
-        _old_schema(backend, url, prefix, upto=12)
+        # 0014 (snoozes) first: the client needs it to claim, and applies it before 0013
+        # on tables that had it from a branch that landed first.
+        _old_schema(backend, url, prefix, upto=12, also=(14,))
         with leaseq.connect(url, table_prefix=prefix, reclaim_interval=None) as q:
             ids = [q.enqueue("up", {"n": n}).id for n in range(3)]
             held = q.dequeue("up", worker_id="before", limit=2)  # claims need no 0013
@@ -182,6 +170,72 @@ def test_migration_0013_on_tables_holding_jobs_keeps_their_leases(
             assert [q.release(held[0]), q.release(held[0])] == ["available"] * 2
             assert [q.bury(held[1]), q.bury(held[1])] == [None, None]
             assert (q.get(ids[0]).releases, q.get(ids[1]).buries) == (1, 1)
-            assert q._schema_versions() == (13, 13)
+            assert q._schema_versions() == (14, 14)
     finally:
         drop_tables(backend, prefix)
+
+
+# A queue paused before migration 0014, by each dialect's own SQL.
+PAUSED_ROW = {
+    "postgres": "INSERT INTO {p}queues (name, paused) VALUES ('held', true)",
+    "mysql": "INSERT INTO {p}queues (name, paused, updated_at) "
+             "VALUES ('held', 1, UTC_TIMESTAMP(6))",
+    "sqlite": "INSERT INTO {p}queues (name, paused) VALUES ('held', 1)",
+}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "mysql"])
+def test_migration_0014_keeps_pauses_and_jobs_and_lets_them_snooze(
+    backend: str, tmp_path: Path
+) -> None:
+    """Snoozes and timed pauses come to tables with jobs and an indefinitely paused queue
+    (written by 0013's schema): the pause stays indefinite, the jobs have no snoozes,
+    and they snooze at once."""
+    require(backend)
+    url = {"sqlite": f"sqlite:///{tmp_path}/m.db", "postgres": POSTGRES_URL,
+           "mysql": MYSQL_URL}[backend]
+    prefix = new_prefix()
+    try:
+        _old_schema(backend, url, prefix, upto=13)
+        raw = _raw(backend, url)
+        cur = raw.cursor()
+        for n, state in ((1, "available"), (2, "dead")):
+            cur.execute(OLD_ROWS[backend].format(p=prefix), (f'{{"n": {n}}}', state))
+        cur.execute(PAUSED_ROW[backend].format(p=prefix))
+        raw.close()
+        with leaseq.connect(url, table_prefix=prefix, reclaim_interval=None) as q:
+            assert q.migrate() == ["0014_snoozes"]
+            assert q._schema_versions() == (14, 14)
+            held = q.stats()["held"]
+            assert (held.paused, held.paused_until) == (True, None) and q.paused() == ["held"]
+            assert q.queue_config("held").max_snoozes is None
+            assert (q.get(1).snoozes, q.get(2).snoozes) == (0, 0)
+            [job] = q.dequeue("old", worker_id="w")
+            assert (job.id, job.snoozes) == (1, 0)
+            assert q.snooze(job, 60, scope="queue") == "scheduled"
+            assert (q.get(1).snoozes, q.get(1).attempts) == (1, 0)
+            assert q.stats()["old"].paused_until is not None
+    finally:
+        drop_tables(backend, prefix)
+
+
+def _raw(backend: str, url: str) -> Any:
+    """An autocommit DB-API connection of the dialect's own driver to ``url``."""
+    if backend == "postgres":
+        import psycopg
+
+        return psycopg.connect(url, autocommit=True)
+    if backend == "mysql":
+        from urllib.parse import urlsplit
+
+        import pymysql
+
+        parts = urlsplit(url)
+        return pymysql.connect(host=parts.hostname, port=parts.port or 3306,
+                               user=parts.username, password=parts.password or "",
+                               database=parts.path.lstrip("/"), autocommit=True)
+    import sqlite3
+
+    from leaseq.backends.sqlite.driver import sqlite_path
+
+    return sqlite3.connect(sqlite_path(url), isolation_level=None)

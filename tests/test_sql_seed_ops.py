@@ -88,9 +88,9 @@ def test_a_claim_updates_once_per_lease_and_reports_only_what_it_leased() -> Non
     def candidate(job_id: int, own: float | None) -> tuple[Any, ...]:
         # JOB_COLUMNS (lease_until and worker_id NULL), the clock, the job's own lease,
         # its queue's default_lease and max_lease, its headers, then reserves, releases,
-        # timeouts and tags.
+        # timeouts, tags and snoozes.
         return (job_id, "q", None, "{}", 0, 0, 5, None, 7, None, None, 900.0, 950.0 + job_id,
-                1000.0, own, None, None, None, 3, 1, 0, '["t"]')
+                1000.0, own, None, None, None, 3, 1, 0, '["t"]', 2)
 
     stmt = plan.send(Result([candidate(1, None), candidate(2, 60.0)], 2))
     assert (stmt.name, stmt.params["until"], stmt.params["now"]) == ("claim_ids", 1030.0, 1000.0)
@@ -101,8 +101,8 @@ def test_a_claim_updates_once_per_lease_and_reports_only_what_it_leased() -> Non
         plan.send(Result([], 1))
     jobs = ops.jobs(done.value.value)  # rows become jobs after the commit (SqlBackend)
     assert [(job.id, job.lease, job.lease_token, job.attempts) for job in jobs] == [(2, 60.0, 8, 1)]
-    assert [(job.reserves, job.releases, job.timeouts, job.tags) for job in jobs] == [
-        (4, 1, 0, ("t",))]
+    assert [(job.reserves, job.releases, job.timeouts, job.tags, job.snoozes)
+            for job in jobs] == [(4, 1, 0, ("t",), 2)]
 
 
 # -- statements sent ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -237,6 +237,53 @@ def test_a_paused_queue_is_skipped_until_resumed(app: leaseq.App) -> None:
         assert app.queue.get(h).state == "available"
         app.queue.resume("paused")
         wait_for(lambda: state(app, h, "completed"))
+
+
+def test_retry_after_holds_the_queue_on_every_worker_and_uses_no_attempt(
+    app: leaseq.App,
+) -> None:
+    """Issue 33 item 5: a handler's ``RetryAfter(1, scope="queue")`` holds its whole queue
+    on both workers for that second, by the database's clock (every job of it starts at
+    or after ``paused_until``), while another queue runs meanwhile; idle workers wake at
+    the pause's end (their poll interval is far longer); and the ``max_attempts=1`` job
+    completes on its second run, having used one attempt."""
+
+    @app.task(queue="upstream", max_attempts=1)
+    def call_upstream(n: int) -> int:
+        ctx = leaseq.current_job()
+        assert ctx is not None
+        if ctx.job.snoozes == 0:
+            raise leaseq.RetryAfter(1, scope="queue")  # the upstream said 429, Retry-After: 1
+        return n
+
+    @app.task(queue="local")
+    def local(n: int) -> int:
+        return n
+
+    def finished(ids: list[int]) -> list[leaseq.JobInfo] | None:
+        infos = [app.queue.get(job_id) for job_id in ids]
+        return infos if all(i.state == "completed" for i in infos) else None
+
+    gate = call_upstream.enqueue(n=0).id
+    with running(app, concurrency=2, poll_interval=5), \
+            running(app, concurrency=2, poll_interval=5):
+        wait_for(lambda: app.queue.get(gate).snoozes == 1, message="the snooze")
+        until = app.queue.stats()["upstream"].paused_until
+        assert until is not None
+        held = [r.id for r in call_upstream.enqueue_many([{"n": n} for n in range(1, 7)])]
+        free = [r.id for r in local.enqueue_many([{"n": n} for n in range(3)])]
+        ran = wait_for(lambda: finished([gate, *held, *free]), timeout=20,
+                       message="every job")
+    info = {i.id: i for i in ran}
+    starts = [info[job_id].started_at for job_id in held]
+    assert all(start is not None and start >= until for start in starts), (until, starts)
+    # Woken by next_due at the pause's end, not by the 5 s poll.
+    assert max(s for s in starts if s is not None) < until + timedelta(seconds=2.5)
+    assert all((info[j].started_at or until) < until for j in free)  # ran meanwhile
+    done = info[gate]
+    assert (done.attempts, done.snoozes, done.result) == (1, 1, 0)
+    assert done.finished_at is not None and done.finished_at >= until
+    assert not app.queue.stats()["upstream"].paused
 
 
 def test_never_runs_more_jobs_than_its_concurrency(app: leaseq.App) -> None:

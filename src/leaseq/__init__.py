@@ -48,7 +48,7 @@ from leaseq.errors import (
     TouchLimitExceeded,
     ValidationError,
 )
-from leaseq.outcomes import Bury, Discard, Retry
+from leaseq.outcomes import Bury, Discard, Retry, RetryAfter
 from leaseq.tasks import App, BoundTask, Signature, Task
 from leaseq.worker import JobContext, Worker, current_job
 
@@ -118,6 +118,7 @@ __all__ = [
     "QueueStats",
     "ResultNotReady",
     "Retry",
+    "RetryAfter",
     "Schedule",
     "SchemaMissing",
     "ServerConfig",

@@ -46,6 +46,7 @@ from leaseq.errors import (
     NotReplicated,
     TouchLimitExceeded,
 )
+from leaseq.outcomes import SnoozeScope
 
 
 class AsyncQueue(Shared):
@@ -375,6 +376,17 @@ class AsyncQueue(Shared):
         self._finished_states((job_id,), (state,))
         return state
 
+    async def snooze(
+        self, job: Job, delay: float | timedelta, *, scope: SnoozeScope = "job"
+    ) -> JobState:
+        """See ``Queue.snooze``."""
+        job_id, token = self._held(job)
+        scope = self._snooze_scope(scope)
+        state = await self._backend.snooze(job_id, token, self._retry_delay(job, delay, None),
+                                           scope)
+        self._finished_states((job_id,), (state,))
+        return state
+
     async def bury(
         self, job: Job, *, reason: str | None = None, priority: int | None = None
     ) -> None:
@@ -477,6 +489,7 @@ class AsyncQueue(Shared):
         concurrency_limit: int | Keep | None = KEEP,
         rate_per_sec: float | Keep | None = KEEP,
         rate_burst: int | Keep | None = KEEP,
+        max_snoozes: int | Keep | None = KEEP,
     ) -> QueueConfig:
         """See ``Queue.configure_queue``."""
         given = dict(locals())
@@ -514,9 +527,12 @@ class AsyncQueue(Shared):
         """See ``Queue.next_due``."""
         return await self._backend.next_due(v.queue_names(queues))
 
-    async def pause(self, queue: str) -> None:
+    async def pause(
+        self, queue: str, *, until: datetime | float | timedelta | None = None
+    ) -> None:
         """See ``Queue.pause``."""
-        await self._backend.set_paused(v.queue_name(queue), True)
+        end = self._pause_end(until)
+        await self._backend.set_paused(v.queue_name(queue), True, end)
 
     async def resume(self, queue: str) -> None:
         """See ``Queue.resume``."""

@@ -48,6 +48,7 @@ from leaseq.errors import (
     NotReplicated,
     TouchLimitExceeded,
 )
+from leaseq.outcomes import SnoozeScope
 
 
 class Queue(Shared):
@@ -489,6 +490,34 @@ class Queue(Shared):
         self._finished_states((job_id,), (state,))
         return state
 
+    def snooze(
+        self, job: Job, delay: float | timedelta, *, scope: SnoozeScope = "job"
+    ) -> JobState:
+        """Put the held job back for ``delay`` seconds without using an attempt: what a
+        handler's ``raise leaseq.RetryAfter(delay, scope=...)`` records. Counts in
+        ``snoozes`` (not ``releases``, and no failure); past the queue's ``max_snoozes``
+        the job goes dead instead. ``scope="queue"`` also pauses the job's queue until
+        then (database clock), in the same write: only ever extending a pause in force,
+        never lifting an indefinite one. Returns the job's new state (``scheduled``,
+        ``available`` for 0 s, ``dead``, or ``cancelled`` when a cancel was requested).
+
+        Safe to repeat after ``OutcomeUnknown``, as ``release``: called again with the
+        same ``job``, a snooze that did commit returns the state it returned and changes
+        nothing more (no second snooze counted, no pause moved), while this lease is the
+        job's last ended one.
+
+        Raises:
+            LeaseLost: The lease is not held any more (and this is no repeat); nothing
+                changed (the queue is not paused either).
+            InvalidArgument: A bad ``delay`` or ``scope`` (``"partition"`` waits for
+                partitions).
+        """
+        job_id, token = self._held(job)
+        scope = self._snooze_scope(scope)
+        state = self._backend.snooze(job_id, token, self._retry_delay(job, delay, None), scope)
+        self._finished_states((job_id,), (state,))
+        return state
+
     def bury(self, job: Job, *, reason: str | None = None, priority: int | None = None) -> None:
         """Move the held job to the dead state, for a human to look at, optionally with a
         new ``priority`` (kept when it is kicked).
@@ -645,6 +674,7 @@ class Queue(Shared):
         concurrency_limit: int | Keep | None = KEEP,
         rate_per_sec: float | Keep | None = KEEP,
         rate_burst: int | Keep | None = KEEP,
+        max_snoozes: int | Keep | None = KEEP,
     ) -> QueueConfig:
         """Store settings of queue ``name`` in the database, for every client and worker
         (see ``QueueConfig`` for each). Only the arguments given change; None resets one
@@ -653,8 +683,8 @@ class Queue(Shared):
         the database at each claim and heartbeat. ``concurrency_limit`` and
         ``rate_per_sec``/``rate_burst`` are enforced by every claim on every host
         (docs/flow-control.md); a client that has not re-read settings since a queue got
-        its first limit claims nothing from it until it does. Returns the settings as
-        stored."""
+        its first limit claims nothing from it until it does. ``max_snoozes`` is read by
+        each snooze (``RetryAfter``) as it is written. Returns the settings as stored."""
         given = dict(locals())
         queue = v.queue_name(given.pop("name"))
         changes = self._setting_changes(self._backend_config(queue),
@@ -700,17 +730,27 @@ class Queue(Shared):
         queues are left out. Workers sleep this long when idle."""
         return self._backend.next_due(v.queue_names(queues))
 
-    def pause(self, queue: str) -> None:
+    def pause(self, queue: str, *, until: datetime | float | timedelta | None = None) -> None:
         """Stop handing out jobs of ``queue`` (to every worker and ``dequeue``) until
-        ``resume``. Enqueueing still works."""
-        self._backend.set_paused(v.queue_name(queue), True)
+        ``resume``, or with ``until`` (an aware datetime, or seconds from now) until
+        then by the database's clock, when the pause ends by itself. Enqueueing still
+        works. This replaces any pause in force (a handler's ``RetryAfter`` pause too);
+        ``stats()`` shows the end as ``paused_until``.
+
+        Raises:
+            InvalidArgument: ``until`` is a naive datetime, a time that has passed, or
+                not a positive number of seconds.
+        """
+        end = self._pause_end(until)
+        self._backend.set_paused(v.queue_name(queue), True, end)
 
     def resume(self, queue: str) -> None:
-        """Hand out jobs of a paused queue again."""
+        """Hand out jobs of a paused queue again, ending its pause whatever the kind:
+        indefinite, timed, or a handler's ``RetryAfter(..., scope="queue")``."""
         self._backend.set_paused(v.queue_name(queue), False)
 
     def paused(self) -> list[str]:
-        """Names of the paused queues."""
+        """Names of the queues paused now (indefinitely or until a time to come)."""
         return self._backend.paused()
 
     def reclaim(self, *, limit: int = 1000) -> int:

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from leaseq import _results, _wakeup
@@ -41,7 +41,15 @@ from leaseq._core.job import (
 )
 from leaseq._core.settings import Settings
 from leaseq.backends import capabilities_for
-from leaseq.backends.base import FailItem, NewJob, PeekState, RenewOutcome, StepItem
+from leaseq.backends.base import (
+    FailItem,
+    NewJob,
+    PauseEnd,
+    PeekState,
+    RenewOutcome,
+    StepItem,
+)
+from leaseq.backends.base import SnoozeScope as BackendScope
 from leaseq.errors import (
     BackendError,
     BackendUnavailable,
@@ -112,7 +120,7 @@ def _check_setting(name: str, value: object) -> int | float:
         return v.integer(name, value, 1, v.MAX_ATTEMPTS)
     if name == "max_jobs":
         return v.integer(name, value, 1, 2**53)
-    if name == "max_touches":
+    if name in ("max_touches", "max_snoozes"):
         return v.integer(name, value, 0)
     if name in ("concurrency_limit", "rate_burst"):
         return v.integer(name, value, 1, 1_000_000)
@@ -130,7 +138,7 @@ def _check_setting(name: str, value: object) -> int | float:
 
 
 WRITES = ("migrate", "enqueue", "enqueue_many", "dequeue", "heartbeat", "heartbeat_many",
-          "ack", "ack_many", "nack", "nack_many", "release", "bury", "kick", "retry",
+          "ack", "ack_many", "nack", "nack_many", "release", "snooze", "bury", "kick", "retry",
           "discard", "cancel", "configure_queue", "configure_server", "pause", "resume",
           "reclaim", "prune")
 """The public methods that write: an ``OutcomeUnknown`` raised inside one carries its
@@ -449,6 +457,38 @@ class Shared:
             text, detail = self._error(error)
             items.append((job_id, token, text, self._retry_delay(job, None, backoff), detail))
         return items
+
+    @staticmethod
+    def _snooze_scope(scope: object) -> BackendScope:
+        """``snooze``'s scope, checked as ``RetryAfter`` checks it."""
+        if scope in ("job", "queue"):
+            return scope
+        if scope == "partition":
+            raise InvalidArgument("snooze(scope='partition') needs partitions, which this "
+                                  "version of leaseq does not have yet")
+        raise InvalidArgument(f"snooze scope must be 'job' or 'queue', got {scope!r}")
+
+    @staticmethod
+    def _pause_end(until: object) -> PauseEnd:
+        """``pause``'s ``until``: an aware datetime still to come (by this process's clock,
+        as a first check: the database's decides when the pause ends), or seconds from now
+        (a number or a ``timedelta``), or None for no end."""
+        if until is None:
+            return None
+        if isinstance(until, datetime):
+            if until.tzinfo is None or until.utcoffset() is None:
+                raise InvalidArgument(
+                    f"pause until= needs an aware datetime (with a timezone), got {until!r}")
+            ahead = (until - datetime.now(timezone.utc)).total_seconds()
+            if ahead <= 0:
+                raise InvalidArgument(f"pause until={until.isoformat()} has passed already")
+            if ahead > v.MAX_SECONDS:
+                raise InvalidArgument(f"pause until={until.isoformat()} is more than ten "
+                                      "years away")
+            return until.astimezone(timezone.utc)
+        if isinstance(until, timedelta):
+            until = until.total_seconds()
+        return v.seconds("pause until", until, positive=True)
 
     @staticmethod
     def _priority(priority: object) -> int | None:

@@ -79,7 +79,7 @@ CONTENT_TYPE: str = prometheus_client.CONTENT_TYPE_LATEST
 LIVE = ("available", "scheduled", "running", "dead")
 HISTORY = ("completed", "cancelled", "discarded")
 
-OUTCOMES = ("completed", "retried", "dead", "released", "lease_lost", "cancelled")
+OUTCOMES = ("completed", "retried", "snoozed", "dead", "released", "lease_lost", "cancelled")
 """The values of ``leaseq_jobs_processed_total``'s ``outcome`` label."""
 
 # Buckets (upper bounds, seconds). Handlers run from a millisecond to minutes; a job can

@@ -93,10 +93,13 @@ def _waiting_all(app: App) -> list[JobInfo]:
 
 @dataclass(frozen=True)
 class DrainResult:
-    """What ``drain`` did: jobs that completed and jobs whose attempt failed."""
+    """What ``drain`` did: jobs that completed, jobs whose attempt failed, and jobs a
+    handler put back with ``RetryAfter`` (no failure: they wait for their time, and
+    ``drain`` does not wait with them)."""
 
     completed: int
     failed: int
+    snoozed: int = 0
 
 
 def run_job(app: App, job: Job) -> decide.Outcome:
@@ -144,13 +147,13 @@ def _call(task: Task[Any, Any], payload: Any) -> Any:
 def _record(app: App, job: Job, outcome: decide.Outcome, task: Task[Any, Any] | None
             ) -> tuple[decide.Outcome, JobState | None]:
     """Write ``outcome`` as a worker does; returns what was written and the state a nack
-    left the job in."""
+    or a snooze left the job in."""
     backoff = task.retry_backoff(job) if task else None
     state: JobState | None = None
     try:
         for method, args, kwargs in decide.calls(job, outcome, backoff):
             returned = getattr(app.queue, method)(*args, **kwargs)
-            state = returned if method == "nack" else state
+            state = returned if method in ("nack", "snooze") else state
     except ValidationError as exc:
         if outcome.action != "ack":
             raise
@@ -165,11 +168,12 @@ def drain(
 ) -> DrainResult:
     """Run every due job of ``queues`` (default: the app's task queues) in this thread,
     one at a time, until none is due; failures are recorded as a worker would (retry
-    with backoff, dead after max attempts). With ``raise_errors`` the first handler
-    exception is re-raised as soon as it is recorded."""
+    with backoff, dead after max attempts), and so are snoozes (``RetryAfter``). With
+    ``raise_errors`` the first handler exception is re-raised as soon as it is recorded
+    (a ``RetryAfter`` is not a failure: not raised)."""
     if queues is None:
         queues = sorted({t.defaults.queue for t in app.tasks.values()}) or ["default"]
-    completed = failed = 0
+    completed = failed = snoozed = 0
     for _ in range(limit):
         jobs = app.queue.dequeue(queues, worker_id="leaseq.testing.drain")
         if not jobs:
@@ -178,12 +182,15 @@ def drain(
         if outcome.action == "ack":
             completed += 1
             continue
+        if outcome.action == "snooze":
+            snoozed += 1
+            continue
         failed += 1
         if raise_errors:
             if exc is not None:
                 raise exc
             raise AssertionError(f"job {jobs[0].id} failed: {outcome.error}")
-    return DrainResult(completed, failed)
+    return DrainResult(completed, failed, snoozed)
 
 
 async def _await(awaitable: Any) -> Any:

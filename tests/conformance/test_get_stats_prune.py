@@ -71,7 +71,7 @@ def test_stats_counts_every_state_per_queue(q):
     assert isinstance(age, float) and 0 <= age < 60, age
     assert b_dict == {"queue": "b", "available": 1, "scheduled": 0, "running": 0,
                       "dead": 0, "completed": 0, "cancelled": 0, "discarded": 0,
-                      "failed": 0, "paused": False}
+                      "failed": 0, "paused": False, "paused_until": None}
 
 
 def test_prune_older_than_zero_removes_every_history_row(q):

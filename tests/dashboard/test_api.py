@@ -4,6 +4,7 @@ shows, each action and its effect in the database, and the error statuses."""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
@@ -29,7 +30,7 @@ def test_queues_api_matches_stats(q: leaseq.Queue, http: httpx.Client) -> None:
     assert by_name["mail"] | {"oldest_available_age": None, "series": [], "throughput": 0} == {
         "queue": "mail", "available": 3, "scheduled": 1, "running": 0, "dead": 0,
         "completed": 0, "cancelled": 0, "discarded": 0, "failed": 0, "paused": True,
-        "oldest_available_age": None, "series": [], "throughput": 0,
+        "paused_until": None, "oldest_available_age": None, "series": [], "throughput": 0,
     }
     assert by_name["mail"]["oldest_available_age"] >= 0
     assert by_name["dead-only"]["dead"] == 1
@@ -174,6 +175,23 @@ def test_job_actions_change_the_database(q: leaseq.Queue, http: httpx.Client) ->
     assert [j.id for j in q.dequeue("act-cancel-running", worker_id="w")] == [running]
     assert http.post(f"/api/jobs/{running}/cancel", headers=headers).json()["state"] == "running"
     assert q.get(running).cancel_requested is True
+
+
+def test_a_timed_pause_shows_its_end_and_resume_ends_it(
+    q: leaseq.Queue, http: httpx.Client
+) -> None:
+    q.enqueue("later", {})
+    q.pause("later", until=datetime.now(timezone.utc) + timedelta(hours=3))
+    end = q.stats()["later"].paused_until
+    assert end is not None
+    shown = http.get("/api/queues/later").json()["queue"]
+    assert shown["paused"] is True and shown["paused_until"] == end.isoformat()
+    page = http.get("/queues/later").text
+    assert f"until {end.strftime('%Y-%m-%d %H:%M:%S')}" in page
+    assert "/api/queues/later/resume" in page  # the resume button ends a timed pause too
+    http.post("/api/queues/later/resume", headers=csrf_of(http)).raise_for_status()
+    assert q.paused() == [] and q.stats()["later"].paused_until is None
+    assert "data-format=\"paused-until\" hidden" in http.get("/queues/later").text
 
 
 def test_queue_actions_change_the_database(q: leaseq.Queue, http: httpx.Client) -> None:

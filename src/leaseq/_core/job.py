@@ -108,6 +108,9 @@ class Job:
         timeouts: Leases of it that ran out and were reclaimed.
         tags: The job's tags (``enqueue(tags=[...])``) in the order given, duplicates
             dropped; ``()`` when it has none.
+        snoozes: Times a handler put it back with ``RetryAfter`` (or ``snooze``) since
+            it was enqueued or last kicked; none of them used an attempt. Past the
+            queue's ``max_snoozes`` the next snooze sends the job dead.
     """
 
     id: int
@@ -129,6 +132,7 @@ class Job:
     releases: int = 0
     timeouts: int = 0
     tags: tuple[str, ...] = ()
+    snoozes: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,7 +167,9 @@ class JobInfo:
     Counters, kept in history too: ``reserves`` (times it was leased), ``timeouts``
     (leases that ran out and were reclaimed), ``releases`` (times it was given back),
     ``buries`` (times it went dead), ``kicks`` (times it was brought back from dead by
-    ``kick`` or ``retry``). ``failed_at`` is the time of its last failed attempt (a
+    ``kick`` or ``retry``), ``snoozes`` (times it was put back by ``RetryAfter`` without
+    using an attempt, since it was enqueued or last kicked: see ``Job.snoozes``).
+    ``failed_at`` is the time of its last failed attempt (a
     ``nack`` or a lease that ran out), ``updated_at`` the time of its last state change.
     ``lease`` is the job's own lease length in seconds, when it was enqueued with one.
     ``headers`` is the string map enqueued with the job (see ``Job.headers``), or None;
@@ -212,6 +218,7 @@ class JobInfo:
     headers: dict[str, str] | Undecodable | None = None
     error_detail: dict[str, Any] | Undecodable | None = None
     tags: tuple[str, ...] = ()
+    snoozes: int = 0
     error_line: str | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -233,7 +240,9 @@ class QueueStats:
     """Counts for one queue. Live: available, scheduled, running, dead. History:
     completed, cancelled, discarded. ``failed`` is the number of jobs that left the
     queue without completing because they gave up (discarded). ``paused`` is True while
-    workers skip the queue."""
+    workers skip the queue: paused until ``resume``, or until ``paused_until`` (database
+    clock, UTC), which is set only while a timed pause (``pause(queue, until=...)``, or a
+    handler's ``RetryAfter(..., scope="queue")``) is in force."""
 
     queue: str
     available: int = 0
@@ -244,6 +253,7 @@ class QueueStats:
     cancelled: int = 0
     discarded: int = 0
     paused: bool = False
+    paused_until: datetime | None = None
     # Grows by itself while a job waits, so two reads of an unchanged queue still compare
     # equal.
     oldest_available_age: float | None = field(default=None, compare=False)
@@ -266,6 +276,7 @@ class QueueStats:
             "discarded": self.discarded,
             "failed": self.failed,
             "paused": self.paused,
+            "paused_until": None if self.paused_until is None else self.paused_until.isoformat(),
             "oldest_available_age": self.oldest_available_age,
         }
 
@@ -273,7 +284,7 @@ class QueueStats:
 QUEUE_SETTINGS: tuple[str, ...] = (
     "max_attempts", "base_backoff", "max_backoff", "jitter", "default_lease", "max_lease",
     "max_jobs", "max_touches", "max_touch_duration", "min_touch_interval", "dead_retention",
-    "concurrency_limit", "rate_per_sec", "rate_burst",
+    "concurrency_limit", "rate_per_sec", "rate_burst", "max_snoozes",
 )
 """The fields of ``QueueConfig`` besides ``queue``, in storage order."""
 
@@ -331,6 +342,9 @@ class QueueConfig:
             limit.
         rate_burst: Size of that bucket: starts allowed at once after a quiet spell.
             Default: 1. No effect without ``rate_per_sec``.
+        max_snoozes: Most times a job may be put back by ``RetryAfter`` (``snoozes``);
+            the snooze after that sends it dead ("snoozed N times"). 0: never snooze.
+            Default: no limit.
     """
 
     queue: str
@@ -348,6 +362,7 @@ class QueueConfig:
     concurrency_limit: int | None = None
     rate_per_sec: float | None = None
     rate_burst: int | None = None
+    max_snoozes: int | None = None
 
     @property
     def limited(self) -> bool:

@@ -68,3 +68,19 @@ def next_start(
     if rate is not None and tokens is not None:
         return token_wait(rate, tokens)
     return 0.0
+
+
+def after_pause(wait: float | None, pause_left: float | None) -> float | None:
+    """``next_start``'s ``wait`` for a queue paused until ``pause_left`` seconds from now
+    (None or <= 0: no timed pause in force): nothing starts before the pause ends, and
+    the bucket goes on filling meanwhile, so the later of the two is when a job may
+    start. None stays None: with nothing waiting, the pause's end wakes no one."""
+    if wait is None or pause_left is None or pause_left <= 0:
+        return wait
+    return max(wait, pause_left)
+
+
+def snoozed_too_often(snoozes: int, max_snoozes: int) -> str:
+    """The error of a job a snooze sent dead: it had been snoozed ``snoozes`` times, its
+    queue's ``max_snoozes`` (scripts/snooze.lua writes the same text)."""
+    return f"snoozed {snoozes} times, the queue's max_snoozes={max_snoozes}; not again"

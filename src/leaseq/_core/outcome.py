@@ -10,9 +10,9 @@ from leaseq._core.backoff import Backoff
 from leaseq._core.job import Job, JobState
 from leaseq._core.trace import format_user
 from leaseq._core.validate import Raised, error_text
-from leaseq.outcomes import Bury, Discard, Retry
+from leaseq.outcomes import Bury, Discard, Retry, RetryAfter, SnoozeScope
 
-Action = Literal["ack", "nack", "bury", "discard", "release"]
+Action = Literal["ack", "nack", "bury", "discard", "release", "snooze"]
 Hook = Literal["on_failure", "on_dead"]
 
 
@@ -20,7 +20,8 @@ Hook = Literal["on_failure", "on_dead"]
 class Outcome:
     """``action`` to take on the job; ``delay`` None means the job's backoff; ``exc``
     is what the handler raised, for the failure hooks; ``note`` what a release records
-    as the job's error (the hand-back of a job of an unknown task)."""
+    as the job's error (the hand-back of a job of an unknown task); ``scope`` what a
+    snooze (``RetryAfter``) holds back besides the job."""
 
     action: Action
     result: Any = None
@@ -28,6 +29,7 @@ class Outcome:
     delay: float | None = None
     exc: BaseException | None = None
     note: dict[str, Any] | None = None
+    scope: SnoozeScope = "job"
 
 
 def succeeded(result: Any) -> Outcome:
@@ -36,6 +38,9 @@ def succeeded(result: Any) -> Outcome:
 
 def failed(exc: BaseException) -> Outcome:
     """The outcome of a handler that raised ``exc``."""
+    if isinstance(exc, RetryAfter):
+        # Not a failure: no error is written, and the attempt is given back.
+        return Outcome("snooze", delay=exc.seconds, exc=exc, scope=exc.scope)
     if isinstance(exc, Retry):
         return Outcome("nack", error=error_text(str(exc)), delay=exc.delay, exc=exc)
     if isinstance(exc, Bury):
@@ -116,6 +121,8 @@ def calls(job: Job, outcome: Outcome, backoff: Backoff | None) -> list[Call]:
         # discard then keeps what the bury wrote.
         return [("bury", (job,), {"reason": outcome.error}),
                 ("discard", (job.id,), {"reason": None})]
+    if outcome.action == "snooze":
+        return [("snooze", (job, outcome.delay or 0.0), {"scope": outcome.scope})]
     if outcome.note is not None and outcome.action == "release":
         return [("release", (job,), {"delay": outcome.delay or 0.0, "error": outcome.note})]
     return [("release", (job,), {})]
@@ -125,8 +132,11 @@ def hooks(outcome: Outcome, state: JobState | None) -> tuple[Hook, ...]:
     """The failure hooks a recorded ``outcome`` calls, in order: ``on_failure`` after
     every attempt that failed by raising (``Retry``, ``Bury``, ``Discard`` and timeouts
     included), then ``on_dead`` when that left the job dead: ``Bury``, or a ``nack`` that
-    returned ``state`` ``"dead"`` (attempts used up). None for successes, releases (lease
-    lost, cancel, shutdown) and jobs of unknown tasks."""
+    returned ``state`` ``"dead"`` (attempts used up). A snooze (``RetryAfter``) is no
+    failure: only ``on_dead``, when it left the job dead (past ``max_snoozes``). None for
+    successes, releases (lease lost, cancel, shutdown) and jobs of unknown tasks."""
+    if outcome.action == "snooze":
+        return ("on_dead",) if state == "dead" and outcome.exc is not None else ()
     if outcome.exc is None or outcome.action not in ("nack", "bury", "discard"):
         return ()
     if outcome.action == "bury" or state == "dead":

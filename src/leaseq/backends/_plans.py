@@ -14,7 +14,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from leaseq._core.job import JobState
-from leaseq.backends.base import FailItem, NewFlow, NewJob, PeekState, StepItem
+from leaseq.backends.base import (
+    FailItem,
+    NewFlow,
+    NewJob,
+    PauseEnd,
+    PeekState,
+    SnoozeScope,
+    StepItem,
+)
 from leaseq.errors import BackendUnavailable, LeaseqError, OutcomeUnknown
 
 REPEATABLE = frozenset({
@@ -128,6 +136,13 @@ class PlanBackend:
         return self.run("release", lambda: self.ops.release(job_id, token, delay, priority,
                                                             error, detail))
 
+    def snooze(
+        self, job_id: int, token: int, delay: float, scope: SnoozeScope = "job"
+    ) -> Any:
+        # Not repeated after a dropped connection, as release: a second snooze would
+        # count twice.
+        return self.run("snooze", lambda: self.ops.snooze(job_id, token, delay, scope))
+
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
@@ -189,8 +204,8 @@ class PlanBackend:
     def oldest_transaction_age(self) -> Any:
         return self.run("oldest_transaction_age", self.ops.oldest_transaction_age)
 
-    def set_paused(self, queue: str, paused: bool) -> Any:
-        return self.run("set_paused", lambda: self.ops.set_paused(queue, paused))
+    def set_paused(self, queue: str, paused: bool, until: PauseEnd = None) -> Any:
+        return self.run("set_paused", lambda: self.ops.set_paused(queue, paused, until))
 
     def paused(self) -> Any:
         return self.run("paused", self.ops.paused)

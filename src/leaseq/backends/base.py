@@ -42,6 +42,12 @@ FailItem = tuple[int, int, str | None, float, str | None]
 """``(job_id, token, error, delay, detail)`` of ``fail_many``."""
 StepItem = tuple[int, int, str | None, FlowLink]
 """``(job_id, token, result, link)`` of ``complete_steps``: a job of a chain or group."""
+SnoozeScope = Literal["job", "queue"]
+"""What a ``snooze`` holds back besides the job. ``"partition"`` joins it with partitions
+(``leaseq.outcomes.RetryAfter`` refuses it until then)."""
+PauseEnd = datetime | float | None
+"""When a pause (``set_paused``) ends by itself: an aware datetime, seconds from now by
+the database's clock, or None: only ``resume`` ends it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +128,8 @@ class Backend(Protocol):
         date, or where there is none to create (Redis, memory)."""
 
     def due_now(self, queues: Sequence[str]) -> bool:
-        """Whether a queue of ``queues`` that is not paused holds a job due now (available,
+        """Whether a queue of ``queues`` that is not paused (indefinitely, or until a time
+        still to come by the database's clock) holds a job due now (available,
         its time come), whether or not its rate or concurrency limit lets it start yet:
         what keeps ``leaseq worker --burst`` running. Reads only."""
 
@@ -195,7 +202,9 @@ class Backend(Protocol):
         """Seconds, by the database's clock, until a job of ``queues`` may next become
         claimable without anything else happening: per queue that is not paused, the time
         until its earliest available job is due, and for a queue with ``rate_per_sec`` the
-        later of that and its bucket's next token (``_core.limits.next_start``). 0 when a
+        later of that and its bucket's next token (``_core.limits.next_start``); for a
+        queue paused until a time to come, the later of that and the pause's end
+        (``_core.limits.after_pause``). 0 when a
         job could be claimed now; None when nothing tells (no jobs waiting, or due jobs
         held back by ``concurrency_limit``). Changes nothing. Workers sleep this long when
         idle, instead of polling."""
@@ -286,6 +295,23 @@ class Backend(Protocol):
         Repeated by the lease it ended, as ``fail``: the state it returned, nothing
         changed."""
 
+    def snooze(
+        self, job_id: int, token: int, delay: float, scope: SnoozeScope = "job"
+    ) -> JobState:
+        """running → available/scheduled after ``delay`` with the attempt given back and
+        snoozes + 1 (``RetryAfter``): not a release (``releases``, ``failed_at`` and the
+        last error are left alone) and not a failure. → dead (buries + 1, error "snoozed
+        N times ...") when the job's snoozes already reached its queue's ``max_snoozes``
+        (read in the same transaction); → cancelled when a cancel was requested.
+
+        ``scope="queue"``: in the same transaction (the same script on Redis), the job's
+        queue is also paused until now + ``delay`` by the database's clock, whatever
+        became of the job. The pause only extends: a later timed pause already in force
+        stays, an indefinite one (``set_paused`` without an end) stays indefinite; a queue
+        without a settings row gets one. A stale lease raises ``LeaseLost`` and changes
+        neither the job nor the queue; repeated by the lease it ended, as ``fail``: the
+        state it returned, nothing changed (the pause included)."""
+
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
@@ -296,11 +322,12 @@ class Backend(Protocol):
         Repeated by the lease it ended, as ``fail``: nothing changed."""
 
     def kick(self, queue: str, limit: int) -> int:
-        """dead → available (fresh attempts, kicks + 1) for up to ``limit`` jobs, by
-        priority desc, then oldest (lowest id) first."""
+        """dead → available (fresh attempts and snoozes, kicks + 1) for up to ``limit``
+        jobs, by priority desc, then oldest (lowest id) first."""
 
     def retry(self, job_id: int) -> None:
-        """dead or scheduled → available now (dead jobs get fresh attempts, kicks + 1)."""
+        """dead or scheduled → available now (dead jobs get fresh attempts and snoozes,
+        kicks + 1)."""
 
     def discard(self, job_id: int, reason: str | None) -> None:
         """dead, scheduled or available → discarded (history). With a reason, the error
@@ -315,8 +342,9 @@ class Backend(Protocol):
         """The job, live or historical; ``JobNotFound`` otherwise."""
 
     def stats(self) -> dict[str, QueueStats]:
-        """Counts per queue, live and historical, with ``paused`` and
-        ``oldest_available_age``; every queue with jobs, history or a settings row."""
+        """Counts per queue, live and historical, with ``paused`` (now, either kind),
+        ``paused_until`` (a timed pause still in force) and ``oldest_available_age``;
+        every queue with jobs, history or a settings row."""
 
     def list_jobs(
         self, queue: str | None, state: JobState | None, limit: int, after: int,
@@ -366,11 +394,15 @@ class Backend(Protocol):
         row deleted since it began stays, and claims wade through them. Read by metrics
         and the dashboard only, never on the hot path."""
 
-    def set_paused(self, queue: str, paused: bool) -> None:
-        """Pauses (every claim skips the queue) or resumes a queue."""
+    def set_paused(self, queue: str, paused: bool, until: PauseEnd = None) -> None:
+        """Pauses (every claim skips the queue) or resumes a queue (ending either kind of
+        pause). A pause with ``until`` ends by itself then, by the database's clock; it
+        replaces whatever pause was in force (an operator's word is final: see
+        ``snooze`` for the handler's pause, which only extends). Either gives the queue a
+        settings row."""
 
     def paused(self) -> list[str]:
-        """Names of the paused queues."""
+        """Names of the queues paused now: indefinitely, or until a time to come."""
 
     def reclaim(self, limit: int) -> int:
         """running with an expired lease → available (the attempt stays counted); → dead
@@ -434,6 +466,9 @@ class AsyncBackend(Protocol):
         self, job_id: int, token: int, delay: float, priority: int | None = None,
         error: str | None = None, detail: str | None = None,
     ) -> JobState: ...
+    async def snooze(
+        self, job_id: int, token: int, delay: float, scope: SnoozeScope = "job"
+    ) -> JobState: ...
     async def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
@@ -458,7 +493,7 @@ class AsyncBackend(Protocol):
     async def server_config(self) -> ServerConfig: ...
     async def server_version(self) -> str: ...
     async def oldest_transaction_age(self) -> float | None: ...
-    async def set_paused(self, queue: str, paused: bool) -> None: ...
+    async def set_paused(self, queue: str, paused: bool, until: PauseEnd = None) -> None: ...
     async def paused(self) -> list[str]: ...
     async def reclaim(self, limit: int) -> int: ...
     async def prune(self, older_than: float) -> int: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
 import platform
 import threading
 import time
@@ -36,8 +37,10 @@ from leaseq.backends.base import (
     FailItem,
     NewFlow,
     NewJob,
+    PauseEnd,
     PeekState,
     RenewOutcome,
+    SnoozeScope,
     StepItem,
 )
 from leaseq.errors import (
@@ -92,6 +95,7 @@ class _Row:
     tags: str | None = None  # JSON array text, as the other backends store it
     ended_token: int | None = None  # the last ended lease and how it ended (_core/ended.py)
     ended_as: str | None = None
+    snoozes: int = 0
 
 
 @dataclass
@@ -126,7 +130,9 @@ class MemoryBackend:
         self.live: dict[int, _Row] = {}
         self.history: dict[int, _Row] = {}
         self.unique: dict[tuple[str, str], int] = {}
-        self.paused_queues: set[str] = set()
+        # queue -> when its pause ends (clock seconds; math.inf: at resume only). An ended
+        # timed pause stays until the next pause or resume, as a SQL row's paused_until.
+        self.pauses: dict[str, float] = {}
         self.settings: dict[str, dict[str, Any]] = {}  # queue -> stored settings
         self.finished_keys: dict[tuple[str, str], int] = {}  # newest finished keyed job
         self.buckets: dict[str, tuple[float, float]] = {}  # queue -> (tokens, when)
@@ -247,7 +253,7 @@ class MemoryBackend:
     def due_now(self, queues: Sequence[str]) -> bool:
         with self.lock:
             now = self.clock()
-            wanted = set(queues) - self.paused_queues
+            wanted = set(queues) - self._paused(now)
             return any(r.queue in wanted and r.state == "available" and r.available_at <= now
                        for r in self.live.values())
 
@@ -255,7 +261,7 @@ class MemoryBackend:
         with self.lock:
             now = self.clock()
             best: float | None = None
-            for queue in set(queues) - self.paused_queues:
+            for queue in set(queues) - self._paused(now, timed=False):
                 times = [r.available_at for r in self.live.values()
                          if r.queue == queue and r.state == "available"]
                 rate = self._setting(queue, "rate_per_sec")
@@ -263,6 +269,7 @@ class MemoryBackend:
                     min(times) - now if times else None, self._running(queue),
                     self._setting(queue, "concurrency_limit"), rate,
                     self._tokens(queue, now) if rate is not None else None)
+                wait = limits.after_pause(wait, self.pauses.get(queue, now) - now)
                 if wait is not None and (best is None or wait < best):
                     best = wait
             return best
@@ -279,7 +286,7 @@ class MemoryBackend:
         # The limits are checked for every queue (it is free here), whatever ``limited``.
         with self.lock:
             now = self.clock()
-            wanted = set(queues) - self.paused_queues
+            wanted = set(queues) - self._paused(now)
             takes = {q: self._allowance(q, limit, now) for q in wanted}
             due = (r for r in self.live.values()
                    if r.state == "available" and r.queue in wanted and r.available_at <= now)
@@ -323,9 +330,14 @@ class MemoryBackend:
                     created_at=_dt(r.created_at), lease=seconds,  # type: ignore[arg-type]
                     headers=headers, available_at=_dt(r.available_at),
                     reserves=r.reserves, releases=r.releases, timeouts=r.timeouts,
-                    tags=stored_tags(r.tags),
+                    tags=stored_tags(r.tags), snoozes=r.snoozes,
                 ))
             return jobs
+
+    def _paused(self, now: float, timed: bool = True) -> set[str]:
+        """The queues paused at ``now``; only the indefinite ones without ``timed``."""
+        return {queue for queue, until in self.pauses.items()
+                if until > now and (timed or until == math.inf)}
 
     def _held(self, job_id: int, token: int) -> _Row:
         r = self.live.get(job_id)
@@ -585,6 +597,34 @@ class MemoryBackend:
             self._ended(r, ended_as("release", state))
             return state
 
+    def snooze(
+        self, job_id: int, token: int, delay: float, scope: SnoozeScope = "job"
+    ) -> JobState:
+        with self.lock:
+            try:
+                r = self._held(job_id, token)
+            except LeaseLost:
+                return self._repeat(job_id, token, "snooze")
+            now = self.clock()
+            if scope == "queue":
+                # Only extends: an indefinite pause (inf) or a later end stays.
+                self.pauses[r.queue] = max(self.pauses.get(r.queue, now), now + delay)
+                self.settings.setdefault(r.queue, {})
+            if r.cancel_requested:
+                self._ended(r, ended_as("snooze", "cancelled"))  # before _archive copies it
+                self._archive(r, "cancelled", None, None)
+                return "cancelled"
+            cap = self._setting(r.queue, "max_snoozes")
+            if cap is not None and r.snoozes >= cap:
+                self._to_dead(r, limits.snoozed_too_often(r.snoozes, cap))
+                self._ended(r, ended_as("snooze", "dead"))
+                return "dead"
+            r.attempts -= 1
+            r.snoozes += 1
+            state = self._reschedule(r, delay, None)
+            self._ended(r, ended_as("snooze", state))
+            return state
+
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
@@ -604,6 +644,7 @@ class MemoryBackend:
         now = self.clock()
         r.state, r.attempts, r.available_at, r.updated_at = "available", 0, now, now
         r.kicks += 1
+        r.snoozes = 0
 
     def kick(self, queue: str, limit: int) -> int:
         with self.lock:
@@ -681,7 +722,7 @@ class MemoryBackend:
             updated_at=_dt(r.updated_at if r.updated_at is not None else r.created_at),
             lease=r.lease, headers=stored(r.headers),
             error_detail=error_detail(r.error, stored(r.error_detail)),
-            tags=stored_tags(r.tags),
+            tags=stored_tags(r.tags), snoozes=r.snoozes,
         )
 
     def stats(self) -> dict[str, QueueStats]:
@@ -695,8 +736,10 @@ class MemoryBackend:
                 if state == "available":
                     age = now - r.available_at
                     c["oldest_available_age"] = max(age, c.get("oldest_available_age", age))
-            for queue in self.paused_queues:
-                counts.setdefault(queue, {})["paused"] = True
+            for queue in self._paused(now):
+                until = self.pauses[queue]
+                counts.setdefault(queue, {}).update(
+                    paused=True, paused_until=None if until == math.inf else _dt(until))
             return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
 
     def list_jobs(
@@ -736,9 +779,16 @@ class MemoryBackend:
                     counts[r.priority] = counts.get(r.priority, 0) + 1
             return dict(sorted(counts.items(), reverse=True))
 
-    def set_paused(self, queue: str, paused: bool) -> None:
+    def set_paused(self, queue: str, paused: bool, until: PauseEnd = None) -> None:
         with self.lock:
-            (self.paused_queues.add if paused else self.paused_queues.discard)(queue)
+            if not paused:
+                self.pauses.pop(queue, None)
+            elif until is None:
+                self.pauses[queue] = math.inf
+            elif isinstance(until, datetime):
+                self.pauses[queue] = until.timestamp()
+            else:
+                self.pauses[queue] = self.clock() + until
             self.settings.setdefault(queue, {})
 
     def configure_queue(
@@ -760,7 +810,7 @@ class MemoryBackend:
             return {q: QueueConfig(q, **c) for q, c in sorted(self.settings.items())}
 
     def _known_queues(self) -> set[str]:
-        return self.queue_names | self.settings.keys() | self.paused_queues
+        return self.queue_names | self.settings.keys() | self.pauses.keys()
 
     def configure_server(self, changes: Mapping[str, int | None]) -> ServerConfig:
         with self.lock:
@@ -785,7 +835,7 @@ class MemoryBackend:
 
     def paused(self) -> list[str]:
         with self.lock:
-            return sorted(self.paused_queues)
+            return sorted(self._paused(self.clock()))
 
     def reclaim(self, limit: int) -> int:
         with self.lock:

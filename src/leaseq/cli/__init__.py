@@ -16,7 +16,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -223,8 +223,7 @@ def stats_table(stats: dict[str, leaseq.QueueStats]) -> Table:
         table.add_column(column, justify="right")
     table.add_column("oldest due", justify="right")
     for s in stats.values():
-        name = f"{s.queue} (paused)" if s.paused else s.queue
-        table.add_row(name, *(str(getattr(s, c)) for c in COUNTS),
+        table.add_row(paused_name(s), *(str(getattr(s, c)) for c in COUNTS),
                       age_text(s.oldest_available_age))
     if not stats:
         table.add_row("(no queues yet)", *("" for _ in COUNTS), "")
@@ -386,22 +385,76 @@ job_verb("cancel", "Cancel a job (a running one is flagged for its worker).",
          lambda q, job_id: q.cancel(job_id))
 
 
-def queue_verb(name: str, help_text: str) -> None:
-    @cli.command(name=name, help=help_text)
-    @click.argument("queue")
-    @database
-    @as_json
-    def command(queue: str, url: str, table_prefix: str, json_out: bool) -> None:
-        with connect(url, table_prefix) as q:
-            getattr(q, name)(queue)
-        if json_out:
-            emit({"queue": queue, "paused": name == "pause"})
-        else:
-            click.echo(f"queue {queue} {name}d")
+def pause_end(text: str) -> float | datetime:
+    """``--until``: a duration from now (``90``, ``30s``, ``15m``, ``12h``, ``7d``) or an
+    ISO 8601 time with its offset (``2026-12-01T09:00:00Z``, ``...+01:00``)."""
+    if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*[smhd]?\s*", text):
+        return duration(text)
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither a duration like 30s, 15m, 12h, 7d "
+                                 "nor an ISO time like 2026-12-01T09:00:00Z") from None
+    if when.tzinfo is None:
+        raise click.BadParameter(f"{text!r} has no timezone: add Z (UTC) or an offset "
+                                 "such as +01:00")
+    return when
 
 
-queue_verb("pause", "Stop every worker from taking jobs of QUEUE.")
-queue_verb("resume", "Let workers take jobs of a paused QUEUE again.")
+def until_text(when: datetime) -> str:
+    """A pause's end as the commands print it: UTC, to the second."""
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def paused_name(s: leaseq.QueueStats) -> str:
+    """A queue's name as the tables show it, with its pause."""
+    if s.paused_until is not None:
+        return f"{s.queue} (paused until {until_text(s.paused_until)})"
+    return f"{s.queue} (paused)" if s.paused else s.queue
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--until", "until", type=pause_end, default=None, metavar="WHEN",
+              help="End the pause by itself then: a duration from now (30s, 15m, 12h, 7d) "
+                   "or an ISO time with its offset (2026-12-01T09:00:00Z). Default: until "
+                   "resume.")
+@database
+@as_json
+def pause(queue: str, until: float | datetime | None, url: str, table_prefix: str,
+          json_out: bool) -> None:
+    """Stop every worker from taking jobs of QUEUE (until --until, or resume)."""
+    with connect(url, table_prefix) as q:
+        q.pause(queue, until=until)
+    # The end as given: the database keeps the exact one (`leaseq stats` shows it), and
+    # reading it back would cost a count of every queue's jobs.
+    shown: dict[str, Any] = {"queue": queue, "paused": True}
+    if isinstance(until, datetime):
+        shown["paused_until"] = until_text(until)
+    elif until is not None:
+        shown["paused_for"] = until
+    if json_out:
+        emit(shown)
+    elif isinstance(until, datetime):
+        click.echo(f"queue {queue} paused until {until_text(until)}")
+    elif until is not None:
+        click.echo(f"queue {queue} paused for {until:g} s")
+    else:
+        click.echo(f"queue {queue} paused")
+
+
+@cli.command()
+@click.argument("queue")
+@database
+@as_json
+def resume(queue: str, url: str, table_prefix: str, json_out: bool) -> None:
+    """Let workers take jobs of a paused QUEUE again (either kind of pause)."""
+    with connect(url, table_prefix) as q:
+        q.resume(queue)
+    if json_out:
+        emit({"queue": queue, "paused": False})
+    else:
+        click.echo(f"queue {queue} resumed")
 
 
 # -- queue settings --------------------------------------------------------------------------
@@ -421,9 +474,10 @@ SETTING_HELP = {
     "concurrency_limit": "Most jobs of the queue running at once, over every worker.",
     "rate_per_sec": "Most job starts per second, over every worker (a token bucket).",
     "rate_burst": "Starts the rate limit allows at once after a quiet spell (default 1).",
+    "max_snoozes": "Most RetryAfter snoozes of a job; the next one sends it dead.",
 }
 INTEGER_SETTINGS = ("max_attempts", "max_jobs", "max_touches", "concurrency_limit",
-                    "rate_burst")
+                    "rate_burst", "max_snoozes")
 
 
 def setting_value(name: str) -> Callable[[str], float | None]:
@@ -475,7 +529,7 @@ def queues(url: str, table_prefix: str, json_out: bool) -> None:
         s, c = stats.get(n) or leaseq.QueueStats(n), configs.get(n) or leaseq.QueueConfig(n)
         changed = " ".join(f"{k}={v}" for k, v in zip(SETTINGS, config_row(c), strict=True)
                            if v != "-")
-        table.add_row(f"{n} (paused)" if s.paused else n, str(s.available + s.scheduled),
+        table.add_row(paused_name(s), str(s.available + s.scheduled),
                       str(s.running), str(s.dead), age_text(s.oldest_available_age),
                       changed or "-")
     if not names:

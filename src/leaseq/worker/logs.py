@@ -126,8 +126,9 @@ def written(job: Job, task: str | None, worker_id: str, outcome: Outcome,
             state: JobState | None, delay: float | None, ran: float | None,
             log_jobs: bool) -> None:
     """Logs what the worker wrote for ``job``'s attempt: a retry (``state`` available or
-    scheduled after a nack, ``delay`` seconds from now), a death (a nack that used the
-    last attempt, a ``Bury``), a discard, a hand-back of an unknown task, or (only with
+    scheduled after a nack, ``delay`` seconds from now), a snooze (``RetryAfter``), a
+    death (a nack that used the last attempt, a ``Bury``, a snooze past
+    ``max_snoozes``), a discard, a hand-back of an unknown task, or (only with
     ``log_jobs``) a success."""
     name = task or job.kind or "no kind"
     where = f"job {job.id} ({name}) on {job.queue}"
@@ -151,6 +152,15 @@ def written(job: Job, task: str | None, worker_id: str, outcome: Outcome,
                                 "error_type": "UnknownTask", "error": note["message"],
                                 "next_run_at": when, "first_seen": note["first_seen"]})
         return
+    if outcome.action == "snooze" and state in ("available", "scheduled"):
+        # Asked for by the handler, not a failure: INFO, and no exception to show.
+        when = _next_run(delay or 0.0)
+        held = " with its queue" if outcome.scope == "queue" else ""
+        jobs_log.info("%s snoozed%s until %s (snooze %d; no attempt used): %s", where, held,
+                      when, job.snoozes + 1, outcome.exc,
+                      extra={**_fields(job, task, worker_id, "job_snoozed"),
+                             "next_run_at": when, "scope": outcome.scope})
+        return
     error_type, error = _exception(outcome)
     fields = {**_fields(job, task, worker_id, ""), "error_type": error_type, "error": error}
     if outcome.action == "nack" and state in ("available", "scheduled"):
@@ -167,7 +177,9 @@ def written(job: Job, task: str | None, worker_id: str, outcome: Outcome,
     else:
         trace = format_user(outcome.exc) if outcome.exc is not None else outcome.error
         why = (f"after attempt {job.attempts}/{job.max_attempts}"
-               if outcome.action == "nack" else "(buried)")
+               if outcome.action == "nack" else
+               f"after {job.snoozes} snoozes (the queue's max_snoozes)"
+               if outcome.action == "snooze" else "(buried)")
         jobs_log.error("%s dead %s: %s: %s", where, why, error_type, error,
                        extra={**fields, "event": "job_dead", "traceback": trace})
 

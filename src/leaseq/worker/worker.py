@@ -82,7 +82,7 @@ if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from leaseq.metrics import WorkerMetrics, WorkerRecorder
 
 T = TypeVar("T")
-REPEATABLE = frozenset({"nack", "release", "bury"})
+REPEATABLE = frozenset({"nack", "release", "snooze", "bury"})
 """Outcome writes a worker tries again after an unknown outcome while its lease lasts
 (the ack's own retry is the completer's)."""
 
@@ -883,7 +883,7 @@ class Worker(Heartbeats):
                     except NotReplicated as exc:  # written on the primary: carry on
                         unreplicated(exc, f"{method} of job {job.id}")
                         returned = exc.result
-                    state = returned if method == "nack" else state
+                    state = returned if method in ("nack", "snooze") else state
             except ValidationError as exc:  # the result was not storable JSON
                 result = decide.unstorable_result(exc)
                 result = replace(result, delay=aq._retry_delay(job, None, backoff))
@@ -909,9 +909,9 @@ class Worker(Heartbeats):
                           args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """``aq.method(*args, **kwargs)``, tried again while the lease lasts when its
         outcome is unknown (the database unreachable, a reply lost): a repeated ``nack``,
-        ``release`` or ``bury`` returns what the first one did if that one committed
-        (design §62), so giving up at once would only leave the job to its lease's
-        expiry. Other calls (``discard`` after a bury) are made once."""
+        ``release``, ``snooze`` or ``bury`` returns what the first one did if that one
+        committed (design §62), so giving up at once would only leave the job to its
+        lease's expiry. Other calls (``discard`` after a bury) are made once."""
         pause = RETRY_FIRST
         while True:
             try:
@@ -1036,13 +1036,16 @@ def _event_loop_runner() -> Callable[[Coroutine[Any, Any, int]], int]:
 
 
 def _outcome_label(written: Outcome, state: JobState | None, cancelled: bool) -> str:
-    """The ``outcome`` label of a written failure or cancel: a nack that left the job
-    waiting is a retry; one that used up its attempts, a bury (unknown task included) and a
-    discard all end the job's runs (``dead``)."""
+    """The ``outcome`` label of a written failure, snooze or cancel: a nack that left the
+    job waiting is a retry, a ``RetryAfter`` a snooze; a nack that used up its attempts, a
+    snooze past ``max_snoozes``, a bury (unknown task included) and a discard all end the
+    job's runs (``dead``)."""
     if written.action == "release" and written.note is not None and not cancelled:
         return "released"  # a job of an unknown task, handed back
     if cancelled or written.action == "release":
         return "cancelled"
+    if written.action == "snooze":  # put back by RetryAfter: no attempt used
+        return {"dead": "dead", "cancelled": "cancelled"}.get(state or "", "snoozed")
     if written.action == "nack" and state not in ("dead", "discarded"):
         return "retried"
     return "dead"
@@ -1061,6 +1064,8 @@ def _traced_outcome(ctx: JobContext, written: Outcome, handed_off: bool) -> str:
         return "completed"
     if written.action == "release":
         return "released"
+    if written.action == "snooze":
+        return "snoozed"
     if written.action in ("bury", "discard"):
         return "dead"
     return "dead" if ctx.job.attempts >= ctx.job.max_attempts else "retried"

@@ -35,7 +35,13 @@ from leaseq._core.job import (
     ServerConfig,
     error_detail,
 )
-from leaseq._core.limits import allowance, next_start, tokens_now
+from leaseq._core.limits import (
+    after_pause,
+    allowance,
+    next_start,
+    snoozed_too_often,
+    tokens_now,
+)
 from leaseq._core.validate import claimed, discard_record, stored, stored_tags
 from leaseq.backends._flows import decode_step, encode_step
 from leaseq.backends._sql.plan import (
@@ -50,8 +56,10 @@ from leaseq.backends.base import (
     FailItem,
     NewFlow,
     NewJob,
+    PauseEnd,
     PeekState,
     RenewOutcome,
+    SnoozeScope,
     StepItem,
 )
 from leaseq.errors import (
@@ -480,7 +488,7 @@ class SqlOps:
         best: float | None = None
         for queue in dict.fromkeys(queues):
             row = yield from self.due_row(queue)
-            earliest, paused, concurrency, running, rate, burst, tokens, elapsed = row
+            earliest, paused, concurrency, running, rate, burst, tokens, elapsed, held = row
             if paused:
                 continue
             have = None if rate is None else tokens_now(
@@ -488,23 +496,29 @@ class SqlOps:
                 None if elapsed is None else float(elapsed))
             wait = next_start(None if earliest is None else float(earliest), int(running or 0),
                               concurrency, None if rate is None else float(rate), have)
+            wait = after_pause(wait, None if held is None else float(held))
             if wait is not None and (best is None or wait < best):
                 best = wait
         return best
 
     def due_now(self, queues: Sequence[str]) -> Plan[bool]:
         """Whether a queue of ``queues`` that is not paused holds a job due now, limits or
-        not (``next_due``'s rows, without their limits)."""
+        not (``next_due``'s rows, without their limits; a timed pause in force counts as
+        a pause)."""
         for queue in dict.fromkeys(queues):
-            earliest, paused = (yield from self.due_row(queue))[:2]
-            if not paused and earliest is not None and float(earliest) <= 0:
+            row = yield from self.due_row(queue)
+            earliest, paused, held = row[0], row[1], row[-1]
+            if paused or (held is not None and float(held) > 0):
+                continue
+            if earliest is not None and float(earliest) <= 0:
                 return True
         return False
 
     def due_row(self, queue: str) -> Plan[tuple[Any, ...]]:
         """``next_due``'s row for one queue: seconds until its earliest available job is
         due, then paused, concurrency_limit, running, rate_per_sec, rate_burst,
-        rate_tokens and the seconds since the bucket was spent."""
+        rate_tokens, the seconds since the bucket was spent, and the seconds until a timed
+        pause ends (<= 0 or None: none in force)."""
         r = yield Stmt("next_due", {"queue": queue})
         return tuple(r.rows[0])
 
@@ -520,7 +534,7 @@ class SqlOps:
         if r.rowcount == len(rows):
             # What claim_ids just wrote, from values read under the same lock.
             return [(*c[:5], c[5] + 1, c[6], c[7], c[8] + 1, until, worker_id, c[11], c[12],
-                     seconds, c[17], c[18] + 1, c[19], c[20], c[21]) for c in rows]
+                     seconds, c[17], c[18] + 1, c[19], c[20], c[21], c[22]) for c in rows]
         # Cannot happen while the rows stay locked from read to update (FOR UPDATE on
         # MySQL, BEGIN IMMEDIATE on SQLite); if it ever does, report only what this claim
         # really leased, as stored.
@@ -540,8 +554,8 @@ class SqlOps:
     def jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
         """Leased jobs in claim order from rows of ``JOB_COLUMNS`` followed by the lease
         applied, in seconds, the headers, the counters reserves (this lease
-        included), releases and timeouts, and the tags (last, so that a column added
-        later moves no index). Decoded job by job, never raising: a job whose
+        included), releases and timeouts, the tags and the snoozes (columns added later
+        come last, so that none moves an index). Decoded job by job, never raising: a job whose
         payload or headers do not decode carries an ``Undecodable`` payload
         (``validate.claimed``), for the client to bury."""
         rows = sorted(rows, key=lambda r: (-r[4], r[12], r[0]))
@@ -566,7 +580,7 @@ class SqlOps:
                 lease_until=dt(r[9]), worker_id=r[10], created_at=dt(r[11]),  # type: ignore[arg-type]
                 lease=float(r[13]), headers=headers, available_at=dt(r[12]),
                 reserves=int(r[15]), releases=int(r[16]), timeouts=int(r[17]),
-                tags=stored_tags(r[18]),
+                tags=stored_tags(r[18]), snoozes=int(r[19]),
             ))
         return jobs
 
@@ -931,6 +945,39 @@ class SqlOps:
         return (yield from self.reschedule(job_id, delay, error, give_back=1, priority=priority,
                                            detail=detail))
 
+    def snooze(
+        self, job_id: int, token: int, delay: float, scope: SnoozeScope = "job"
+    ) -> Plan[JobState]:
+        """``lock_snoozed`` locks the held job (the fence, as ``lock_held``) and reads its
+        queue's ``max_snoozes`` with it; then the queue's pause (``scope="queue"``) and the
+        job's own write, in one transaction. The pause goes first: the job's row is then
+        only locked, not yet updated, while the snooze waits for the queue's row, so an
+        enqueuer holding that row (``max_jobs``) is not waiting on the job's new version
+        (PostgreSQL); on MySQL a unique-key insert can still meet the lock, and the
+        deadlock it makes is retried like any other. Each ending records the lease it ended
+        (``_core/ended.py``), so a repeat by that lease returns what this call did."""
+        r = yield Stmt("lock_snoozed", {"id": job_id, "token": token})
+        if not r.rows:
+            return (yield from self.repeat(job_id, token, "snooze"))
+        queue, snoozes, cancel_requested, max_snoozes = r.rows[0]
+        span = self.d.span(delay)
+        if scope == "queue":
+            yield Stmt("extend_pause", {"queue": queue, "delay": span})
+        if cancel_requested:
+            yield from self.archive(job_id, "cancelled", result=None, error=None,
+                                    ended=ended_as("snooze", "cancelled"))
+            return "cancelled"
+        if max_snoozes is not None and int(snoozes) >= int(max_snoozes):
+            params = {"id": job_id, "error": snoozed_too_often(int(snoozes), int(max_snoozes)),
+                      "detail": None, "priority": None, "failed": False,
+                      "ended": ended_as("snooze", "dead")}
+            yield Stmt("to_dead", params)
+            return "dead"
+        state: JobState = "scheduled" if delay > 0 else "available"
+        yield Stmt("snooze_job", {"id": job_id, "delay": span,
+                                  "ended": ended_as("snooze", state)})
+        return state
+
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
@@ -1002,9 +1049,9 @@ class SqlOps:
         return self.info(r.rows[0])
 
     def info(self, r: tuple[Any, ...]) -> JobInfo:
-        """A ``JobInfo`` from a row of ``get_live``'s 30 columns: ``id`` .. ``now``, then
+        """A ``JobInfo`` from a row of ``get_live``'s 31 columns: ``id`` .. ``now``, then
         reserves, timeouts, releases, buries, kicks, failed_at, updated_at, lease,
-        headers, error_detail, tags."""
+        headers, error_detail, tags, snoozes."""
         dt = self.d.dt
         state, available_at, now = r[3], dt(r[9]), dt(r[18])
         if state == "available" and available_at and now and available_at > now:
@@ -1019,7 +1066,7 @@ class SqlOps:
             releases=int(r[21]), buries=int(r[22]), kicks=int(r[23]), failed_at=dt(r[24]),
             updated_at=dt(r[25]), lease=None if r[26] is None else float(r[26]),
             headers=stored(r[27]), error_detail=error_detail(r[16], stored(r[28])),
-            tags=stored_tags(r[29]),
+            tags=stored_tags(r[29]), snoozes=int(r[30]),
         )
 
     def stats(self) -> Plan[dict[str, QueueStats]]:
@@ -1039,8 +1086,9 @@ class SqlOps:
                 c[state] = int(n)
         for queue, state, n in (yield Stmt("history_counts")).rows:
             counts.setdefault(queue, {})[state] = int(n)
-        for queue, paused in (yield Stmt("queue_rows")).rows:
-            counts.setdefault(queue, {})["paused"] = bool(paused)
+        for queue, paused, until in (yield Stmt("queue_rows")).rows:
+            counts.setdefault(queue, {}).update(paused=bool(paused),
+                                                paused_until=self.d.dt(until))
         return {q: QueueStats(queue=q, **c) for q, c in sorted(counts.items())}
 
     def peek(self, queue: str, state: PeekState, limit: int) -> Plan[list[JobInfo]]:
@@ -1112,8 +1160,15 @@ class SqlOps:
         rows.sort(key=lambda r: r[0])
         return [self.info(r) for r in rows[:limit]]
 
-    def set_paused(self, queue: str, paused: bool) -> Plan[None]:
-        yield Stmt("set_paused", {"queue": queue, "paused": paused})
+    def set_paused(self, queue: str, paused: bool, until: PauseEnd = None) -> Plan[None]:
+        """One upsert: ``paused`` stays the indefinite pause, a timed one is
+        ``paused_until`` alone (``until`` a time, or seconds the statement adds to the
+        database's clock)."""
+        at = until if isinstance(until, datetime) else None
+        seconds = until if paused and isinstance(until, (int, float)) else None
+        yield Stmt("set_paused", {"queue": queue, "paused": paused and until is None,
+                                  "until": self.d.ts(at) if paused else None,
+                                  "seconds": None if seconds is None else self.d.span(seconds)})
 
     def paused(self) -> Plan[list[str]]:
         r = yield Stmt("paused_queues")

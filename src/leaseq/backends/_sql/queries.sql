@@ -27,12 +27,8 @@ SELECT version FROM {prefix}migrations;
 -- name: queue_configs
 SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
        max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
-       concurrency_limit, rate_per_sec, rate_burst
+       concurrency_limit, rate_per_sec, rate_burst, max_snoozes
 FROM {prefix}queues ORDER BY name;
-
--- name: queue_rows
--- stats: every queue with a settings row, and whether it is paused.
-SELECT name, paused FROM {prefix}queues;
 
 -- name: insert_flow_part
 INSERT INTO {prefix}flow_parts (flow_id, idx, spec, result)

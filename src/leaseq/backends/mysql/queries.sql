@@ -36,13 +36,15 @@ LOCK IN SHARE MODE;
 
 -- name: claim_starts
 -- Where each queue's claimable jobs begin in the claim index, by a plain read (one UNION
--- ALL branch per queue). A paused queue, or one with nothing due, yields no row.
+-- ALL branch per queue). A paused queue (paused, or paused_until still to come: a timed
+-- pause ends by itself), or one with nothing due, yields no row.
 SELECT queue, sort_priority, available_at, id
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
   AND NOT EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue
-                  AND (paused = 1 OR (:gate = 1 AND (concurrency_limit IS NOT NULL
-                                                     OR rate_per_sec IS NOT NULL))))
+                  AND (paused = 1 OR paused_until > UTC_TIMESTAMP(6)
+                       OR (:gate = 1 AND (concurrency_limit IS NOT NULL
+                                          OR rate_per_sec IS NOT NULL))))
 ORDER BY sort_priority, available_at, id
 LIMIT 1;
 
@@ -74,15 +76,16 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
        (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers,
-       reserves, releases, timeouts, tags
+       reserves, releases, timeouts, tags, snoozes
 FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
 WHERE queue = :queue AND state = 'available' AND available_at <= UTC_TIMESTAMP(6)
   AND (sort_priority > :from_priority
        OR (sort_priority = :from_priority
            AND (available_at > :from_at OR (available_at = :from_at AND id >= :from_id))))
   AND NOT EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue
-                  AND (paused = 1 OR (:gate = 1 AND (concurrency_limit IS NOT NULL
-                                                     OR rate_per_sec IS NOT NULL))))
+                  AND (paused = 1 OR paused_until > UTC_TIMESTAMP(6)
+                       OR (:gate = 1 AND (concurrency_limit IS NOT NULL
+                                          OR rate_per_sec IS NOT NULL))))
 ORDER BY sort_priority, available_at, id
 LIMIT :take
 FOR UPDATE SKIP LOCKED;
@@ -104,7 +107,7 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), lease_token,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', lease_until), worker_id,
        TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at),
-       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers, reserves, releases, timeouts, tags
+       TIMESTAMPDIFF(MICROSECOND, '1970-01-01', available_at), headers, reserves, releases, timeouts, tags, snoozes
 FROM {prefix}jobs
 WHERE id IN :ids AND state = 'running' AND worker_id = :worker_id AND lease_until = :until;
 
@@ -130,14 +133,14 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags, ended_token, ended_as)
+                             headers, error_detail, tags, ended_token, ended_as, snoozes)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, CONVERT(unique_key USING utf8mb4), worker_id,
        created_at, started_at, UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        UTC_TIMESTAMP(6), headers,
        CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END, tags,
-       CASE WHEN :ended IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended, ended_as)
+       CASE WHEN :ended IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended, ended_as), snoozes
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
@@ -168,6 +171,47 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     ended_token = lease_token, ended_as = :ended
 WHERE id = :id;
 
+-- name: lock_snoozed
+-- snooze: the job held under :token, locked (as lock_held), with what decides its fate:
+-- its queue, its snoozes, whether a cancel was requested, and its queue's max_snoozes (a
+-- subquery, which a locking read does not lock).
+SELECT queue, snoozes, cancel_requested,
+       (SELECT max_snoozes FROM {prefix}queues WHERE name = j.queue)
+FROM {prefix}jobs AS j
+WHERE id = :id AND lease_token = :token AND state = 'running'
+FOR UPDATE;
+
+-- name: snooze_job
+-- RetryAfter: back after :delay µs with the attempt given back, snoozes + 1; not a release
+-- (releases), not a failure (failed_at), and the last error stays. :ended records the
+-- lease it ended (_core/ended.py).
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL, attempts = attempts - 1, snoozes = snoozes + 1,
+    available_at = DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND),
+    updated_at = UTC_TIMESTAMP(6), ended_token = lease_token, ended_as = :ended
+WHERE id = :id;
+
+-- name: extend_pause
+-- RetryAfter(scope="queue"): the queue paused until :delay µs from now, only ever later: a
+-- later end stays, and an indefinite pause (paused = 1) stays indefinite. The new end is
+-- written out twice rather than read with VALUES(), which MySQL 8.0.20+ deprecates and
+-- MariaDB's alias syntax lacks; UTC_TIMESTAMP is one value throughout a statement.
+INSERT INTO {prefix}queues (name, paused, paused_until, updated_at)
+VALUES (:queue, 0, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+    paused_until = CASE WHEN paused = 1
+                          OR paused_until >= DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND)
+                        THEN paused_until
+                        ELSE DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :delay MICROSECOND) END,
+    updated_at = UTC_TIMESTAMP(6);
+
+-- name: queue_rows
+-- stats: every queue with a settings row, whether it is paused now (either kind), and the
+-- end of a timed pause in force.
+SELECT name, paused = 1 OR COALESCE(paused_until > UTC_TIMESTAMP(6), 0),
+       CASE WHEN paused = 0 AND paused_until > UTC_TIMESTAMP(6) THEN paused_until END
+FROM {prefix}queues;
+
 -- name: note_failure
 -- Before a failed or timed-out job that was asked to cancel goes to history: the failure
 -- (and, :timeout 1, the timeout) recorded on the row that archive copies.
@@ -176,17 +220,18 @@ WHERE id = :id;
 
 -- name: kick
 UPDATE {prefix}jobs
-SET state = 'available', attempts = 0, available_at = UTC_TIMESTAMP(6), kicks = kicks + 1,
-    updated_at = UTC_TIMESTAMP(6)
+SET state = 'available', attempts = 0, snoozes = 0, available_at = UTC_TIMESTAMP(6),
+    kicks = kicks + 1, updated_at = UTC_TIMESTAMP(6)
 WHERE queue = :queue AND state = 'dead'
 ORDER BY sort_priority, id LIMIT :limit;
 
 -- name: retry_job
--- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
--- MySQL applies SET assignments left to right, so attempts and kicks are set before state
--- changes.
+-- A dead job comes back with fresh attempts and snoozes (a kick); a scheduled one is only
+-- made due. MySQL applies SET assignments left to right, so attempts, snoozes and kicks
+-- are set before state changes.
 UPDATE {prefix}jobs
 SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+    snoozes = CASE WHEN state = 'dead' THEN 0 ELSE snoozes END,
     kicks = kicks + CASE WHEN state = 'dead' THEN 1 ELSE 0 END, state = 'available',
     available_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6)
 WHERE id = :id
@@ -217,7 +262,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts,
        started_at, NULL, NULL, last_error, cancel_requested, UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, created_at), lease, headers,
-       error_detail, tags;
+       error_detail, tags, snoozes;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -226,7 +271,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        UTC_TIMESTAMP(6),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
-       error_detail, tags;
+       error_detail, tags, snoozes;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -289,11 +334,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags, ended_token, ended_as)
+                             headers, error_detail, tags, ended_token, ended_as, snoozes)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
        UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers,
-       error_detail, tags, ended_token, ended_as
+       error_detail, tags, ended_token, ended_as, snoozes
 FROM {prefix}jobs FORCE INDEX (PRIMARY) WHERE id IN :ids AND state = 'dead';
 
 -- name: delete_dead
@@ -322,11 +367,21 @@ INSERT INTO {prefix}migrations (version, name, applied_at)
 VALUES (:version, :name, UTC_TIMESTAMP(6));
 
 -- name: set_paused
-INSERT INTO {prefix}queues (name, paused, updated_at) VALUES (:queue, :paused, UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
+-- pause (:paused 1, no end), pause until a time (:paused 0 and :until, a time, or :seconds
+-- µs from now: the pause ends by itself then), or resume (neither): each replaces
+-- whatever pause was in force.
+INSERT INTO {prefix}queues (name, paused, paused_until, updated_at)
+VALUES (:queue, :paused,
+        COALESCE(:until, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :seconds MICROSECOND)),
+        UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE paused = :paused,
+    paused_until = COALESCE(:until, DATE_ADD(UTC_TIMESTAMP(6), INTERVAL :seconds MICROSECOND)),
+    updated_at = UTC_TIMESTAMP(6);
 
 -- name: paused_queues
-SELECT name FROM {prefix}queues WHERE paused = 1 ORDER BY name;
+SELECT name FROM {prefix}queues
+WHERE paused = 1 OR paused_until > UTC_TIMESTAMP(6)
+ORDER BY name;
 
 -- name: list_live
 -- PyMySQL and aiomysql bind parameters on the client, so the server plans with the values:
@@ -366,10 +421,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, tags)
+                             headers, tags, snoozes)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers, tags
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers, tags, snoozes
 FROM {prefix}jobs FORCE INDEX (PRIMARY)
 WHERE id IN :ids AND (id, lease_token) IN :pairs AND state = 'running'
 FOR UPDATE;
@@ -380,10 +435,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, tags)
+                             headers, tags, snoozes)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, CONVERT(unique_key USING utf8mb4), worker_id, created_at, started_at,
-       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers, tags
+       UTC_TIMESTAMP(6), lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, UTC_TIMESTAMP(6), headers, tags, snoozes
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running'
 FOR UPDATE;
@@ -518,10 +573,12 @@ LIMIT :limit;
 INSERT INTO {prefix}queues (name, paused, updated_at, max_attempts, base_backoff,
                             max_backoff, jitter, default_lease, max_lease, max_jobs,
                             max_touches, max_touch_duration, min_touch_interval,
-                            dead_retention, concurrency_limit, rate_per_sec, rate_burst)
+                            dead_retention, concurrency_limit, rate_per_sec, rate_burst,
+                            max_snoozes)
 VALUES (:queue, 0, UTC_TIMESTAMP(6), :max_attempts, :base_backoff, :max_backoff, :jitter,
         :default_lease, :max_lease, :max_jobs, :max_touches, :max_touch_duration,
-        :min_touch_interval, :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst)
+        :min_touch_interval, :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst,
+        :max_snoozes)
 ON DUPLICATE KEY UPDATE
     max_attempts = IF(:set_max_attempts, :max_attempts, max_attempts),
     base_backoff = IF(:set_base_backoff, :base_backoff, base_backoff),
@@ -539,12 +596,13 @@ ON DUPLICATE KEY UPDATE
     concurrency_limit = IF(:set_concurrency_limit, :concurrency_limit, concurrency_limit),
     rate_per_sec = IF(:set_rate_per_sec, :rate_per_sec, rate_per_sec),
     rate_burst = IF(:set_rate_burst, :rate_burst, rate_burst),
+    max_snoozes = IF(:set_max_snoozes, :max_snoozes, max_snoozes),
     updated_at = UTC_TIMESTAMP(6);
 
 -- name: queue_config
 SELECT name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
        max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
-       concurrency_limit, rate_per_sec, rate_burst
+       concurrency_limit, rate_per_sec, rate_burst, max_snoozes
 FROM {prefix}queues WHERE name = :queue;
 
 -- name: server_version
@@ -569,7 +627,7 @@ FROM information_schema.INNODB_TRX;
 SELECT name, concurrency_limit, rate_per_sec, rate_burst, rate_tokens,
        TIMESTAMPDIFF(MICROSECOND, rate_at, UTC_TIMESTAMP(6)) / 1000000
 FROM {prefix}queues
-WHERE name IN :names AND paused = 0
+WHERE name IN :names AND paused = 0 AND NOT COALESCE(paused_until > UTC_TIMESTAMP(6), 0)
 ORDER BY name
 FOR UPDATE;
 
@@ -594,13 +652,15 @@ WHERE name = :queue;
 
 -- name: next_due
 -- One queue's share of next_due, after MysqlOps.due_row found its earliest available job
--- (first_due): whether it is paused, its limits, running jobs and token bucket.
+-- (first_due): whether it is paused, its limits, running jobs and token bucket, and the
+-- seconds until a timed pause ends (<= 0 or NULL: none in force).
 SELECT s.paused, s.concurrency_limit,
        CASE WHEN s.concurrency_limit IS NULL THEN 0
             ELSE (SELECT COUNT(*) FROM {prefix}jobs FORCE INDEX ({prefix}jobs_claim)
                   WHERE queue = :queue AND state = 'running') END,
        s.rate_per_sec, s.rate_burst, s.rate_tokens,
-       TIMESTAMPDIFF(MICROSECOND, s.rate_at, UTC_TIMESTAMP(6)) / 1000000
+       TIMESTAMPDIFF(MICROSECOND, s.rate_at, UTC_TIMESTAMP(6)) / 1000000,
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.paused_until) / 1000000
 FROM (SELECT 1) AS one
 LEFT JOIN {prefix}queues AS s ON s.name = :queue;
 

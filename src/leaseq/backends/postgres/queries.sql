@@ -61,7 +61,7 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- what it takes, skipping rows other claimers hold; the probes' rows are merged into the
 -- global order. MATERIALIZED keeps the planner from re-running the locking subquery per
 -- updated row, which could claim more than :limit rows, and keeps the paused check ahead
--- of the probes. Each job's lease (returned last): :lease when given, else the job's own,
+-- of the probes (paused, or paused_until still to come: a timed pause ends by itself). Each job's lease (returned last): :lease when given, else the job's own,
 -- else its queue's default_lease, else :default_lease; capped by the queue's max_lease
 -- (LEAST ignores NULL), as ops.lease_for says. The job's headers come after it.
 --
@@ -74,7 +74,7 @@ WITH settings AS MATERIALIZED (
     SELECT q.name, q.take, s.default_lease, s.max_lease
     FROM unnest(:queues::text[], :takes::integer[]) AS q(name, take)
     LEFT JOIN {prefix}queues AS s ON s.name = q.name
-    WHERE s.paused IS NOT TRUE
+    WHERE s.paused IS NOT TRUE AND NOT COALESCE(s.paused_until > now(), false)
       AND (q.take IS NOT NULL OR (s.concurrency_limit IS NULL AND s.rate_per_sec IS NULL))
 ), picked AS MATERIALIZED (
     SELECT c.id,
@@ -100,7 +100,7 @@ FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.unique_key, j.lease_token, j.lease_until, j.worker_id, j.created_at,
           j.available_at, picked.seconds, j.headers, j.reserves, j.releases,
-          j.timeouts, j.tags;
+          j.timeouts, j.tags, j.snoozes;
 
 -- name: lock_held
 SELECT attempts, max_attempts, cancel_requested FROM {prefix}jobs
@@ -128,10 +128,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, tags)
+                             headers, tags, snoozes)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers, tags
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers, tags, snoozes
 FROM done
 RETURNING id, pg_notify('{prefix}done', id::text);
 
@@ -143,14 +143,14 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags, ended_token, ended_as)
+                             headers, error_detail, tags, ended_token, ended_as, snoozes)
 SELECT id, queue, kind, :state::text, payload, :result::text,
        CASE WHEN :state::text = 'completed' THEN NULL
             ELSE COALESCE(:error::text, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at, now(),
        lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
        CASE WHEN :state::text = 'completed' THEN NULL WHEN :error::text IS NULL THEN error_detail ELSE :detail::text END, tags,
-       CASE WHEN :ended::text IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended::text, ended_as)
+       CASE WHEN :ended::text IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended::text, ended_as), snoozes
 FROM {prefix}jobs WHERE id = :id
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -180,6 +180,43 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     ended_token = lease_token, ended_as = :ended::text
 WHERE id = :id;
 
+-- name: lock_snoozed
+-- snooze: the job held under :token, locked (as lock_held), with what decides its fate:
+-- its queue, its snoozes, whether a cancel was requested, and its queue's max_snoozes (a
+-- subquery: FOR UPDATE locks the job's row only).
+SELECT queue, snoozes, cancel_requested,
+       (SELECT max_snoozes FROM {prefix}queues WHERE name = j.queue)
+FROM {prefix}jobs AS j
+WHERE id = :id AND lease_token = :token AND state = 'running'
+FOR UPDATE;
+
+-- name: snooze_job
+-- RetryAfter: back after :delay with the attempt given back, snoozes + 1; not a release
+-- (releases), not a failure (failed_at), and the last error stays. :ended records the
+-- lease it ended (_core/ended.py).
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL, attempts = attempts - 1, snoozes = snoozes + 1,
+    available_at = now() + make_interval(secs => :delay), updated_at = now(),
+    ended_token = lease_token, ended_as = :ended::text
+WHERE id = :id;
+
+-- name: extend_pause
+-- RetryAfter(scope="queue"): the queue paused until :delay from now, only ever later: a
+-- later end stays, and an indefinite pause (paused) stays indefinite.
+INSERT INTO {prefix}queues AS q (name, paused, paused_until)
+VALUES (:queue, false, now() + make_interval(secs => :delay))
+ON CONFLICT (name) DO UPDATE SET
+    paused_until = CASE WHEN q.paused OR q.paused_until >= excluded.paused_until
+                        THEN q.paused_until ELSE excluded.paused_until END,
+    updated_at = now();
+
+-- name: queue_rows
+-- stats: every queue with a settings row, whether it is paused now (either kind), and the
+-- end of a timed pause in force.
+SELECT name, paused OR COALESCE(paused_until > now(), false),
+       CASE WHEN NOT paused AND paused_until > now() THEN paused_until END
+FROM {prefix}queues;
+
 -- name: note_failure
 -- Before a failed or timed-out job that was asked to cancel goes to history: the failure
 -- (and, :timeout 1, the timeout) recorded on the row that archive copies.
@@ -187,15 +224,17 @@ UPDATE {prefix}jobs SET failed_at = now(), timeouts = timeouts + :timeout WHERE 
 
 -- name: kick
 UPDATE {prefix}jobs
-SET state = 'available', attempts = 0, available_at = now(), kicks = kicks + 1,
-    updated_at = now()
+SET state = 'available', attempts = 0, snoozes = 0, available_at = now(),
+    kicks = kicks + 1, updated_at = now()
 WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
              ORDER BY priority DESC, id LIMIT :limit FOR UPDATE SKIP LOCKED);
 
 -- name: retry_job
--- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
+-- A dead job comes back with fresh attempts and snoozes (a kick); a scheduled one is only
+-- made due.
 UPDATE {prefix}jobs
 SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+    snoozes = CASE WHEN state = 'dead' THEN 0 ELSE snoozes END,
     kicks = kicks + CASE WHEN state = 'dead' THEN 1 ELSE 0 END, state = 'available',
     available_at = now(), updated_at = now()
 WHERE id = :id AND (state = 'dead' OR (state = 'available' AND available_at > now()));
@@ -225,7 +264,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        NULL::text, last_error, cancel_requested, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, created_at), lease, headers,
-       error_detail, tags;
+       error_detail, tags, snoozes;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -234,7 +273,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        result, error, false, now(),
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
-       error_detail, tags;
+       error_detail, tags, snoozes;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -297,11 +336,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags, ended_token, ended_as)
+                             headers, error_detail, tags, ended_token, ended_as, snoozes)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
        lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers,
-       error_detail, tags, ended_token, ended_as
+       error_detail, tags, ended_token, ended_as, snoozes
 FROM {prefix}jobs WHERE id = ANY(:ids) AND state = 'dead'
 RETURNING pg_notify('{prefix}done', id::text);
 
@@ -328,11 +367,17 @@ CREATE TABLE IF NOT EXISTS {prefix}migrations (
 INSERT INTO {prefix}migrations (version, name) VALUES (:version, :name);
 
 -- name: set_paused
-INSERT INTO {prefix}queues (name, paused) VALUES (:queue, :paused)
-ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = now();
+-- pause (:paused true, no end), pause until a time (:paused false and :until, a time, or
+-- :seconds from now: the pause ends by itself then), or resume (neither): each replaces
+-- whatever pause was in force.
+INSERT INTO {prefix}queues (name, paused, paused_until)
+VALUES (:queue, :paused,
+        COALESCE(:until::timestamptz, now() + make_interval(secs => :seconds::float8)))
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
+    paused_until = excluded.paused_until, updated_at = now();
 
 -- name: paused_queues
-SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
+SELECT name FROM {prefix}queues WHERE paused OR paused_until > now() ORDER BY name;
 
 -- name: list_live
 -- Two branches, exactly one of which the parameters switch on (the other's parameter-only
@@ -404,10 +449,10 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, tags)
+                             headers, tags, snoozes)
 SELECT id, queue, kind, 'completed', payload, new_result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at, now(), lease_token,
-       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers, tags
+       lease, reserves, timeouts, releases, buries, kicks, failed_at, now(), headers, tags, snoozes
 FROM done
 -- One notification for the batch (an InitPlan, run once), with the completed ids, or ''
 -- (anything may have finished) past NOTIFY's 8,000-byte payload limit.
@@ -568,10 +613,10 @@ LIMIT :limit;
 INSERT INTO {prefix}queues AS q (name, paused, max_attempts, base_backoff, max_backoff,
                                  jitter, default_lease, max_lease, max_jobs, max_touches,
                                  max_touch_duration, min_touch_interval, dead_retention,
-                                 concurrency_limit, rate_per_sec, rate_burst)
+                                 concurrency_limit, rate_per_sec, rate_burst, max_snoozes)
 VALUES (:queue, false, :max_attempts, :base_backoff, :max_backoff, :jitter, :default_lease,
         :max_lease, :max_jobs, :max_touches, :max_touch_duration, :min_touch_interval,
-        :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst)
+        :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst, :max_snoozes)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = CASE WHEN :set_max_attempts THEN excluded.max_attempts
                         ELSE q.max_attempts END,
@@ -595,10 +640,12 @@ ON CONFLICT (name) DO UPDATE SET
     rate_per_sec = CASE WHEN :set_rate_per_sec THEN excluded.rate_per_sec
                         ELSE q.rate_per_sec END,
     rate_burst = CASE WHEN :set_rate_burst THEN excluded.rate_burst ELSE q.rate_burst END,
+    max_snoozes = CASE WHEN :set_max_snoozes THEN excluded.max_snoozes
+                       ELSE q.max_snoozes END,
     updated_at = now()
 RETURNING name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
           max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
-          concurrency_limit, rate_per_sec, rate_burst;
+          concurrency_limit, rate_per_sec, rate_burst, max_snoozes;
 
 -- name: server_version
 SHOW server_version;
@@ -620,7 +667,7 @@ WHERE datname = current_database() AND backend_type = 'client backend';
 SELECT name, concurrency_limit, rate_per_sec, rate_burst, rate_tokens,
        EXTRACT(EPOCH FROM clock_timestamp() - rate_at)
 FROM {prefix}queues
-WHERE name = ANY(:names) AND NOT paused
+WHERE name = ANY(:names) AND NOT paused AND NOT COALESCE(paused_until > now(), false)
 ORDER BY name
 FOR UPDATE;
 
@@ -647,7 +694,8 @@ WHERE name = :queue;
 
 -- name: next_due
 -- One queue's share of next_due: seconds until its earliest available job is due (<= 0:
--- one is due now; NULL: none), then its settings row. The earliest is the least of each
+-- one is due now; NULL: none), then its settings row, then the seconds until a timed pause
+-- ends (<= 0 or NULL: none in force). The earliest is the least of each
 -- priority's first entry in the claim index, reached by a skip scan over the priorities
 -- (a recursive CTE, one index probe per distinct priority), not by reading every
 -- scheduled job.
@@ -670,7 +718,8 @@ SELECT EXTRACT(EPOCH FROM
        CASE WHEN s.concurrency_limit IS NULL THEN 0
             ELSE (SELECT count(*) FROM {prefix}jobs
                   WHERE state = 'running' AND queue = :queue) END,
-       s.rate_per_sec, s.rate_burst, s.rate_tokens, EXTRACT(EPOCH FROM now() - s.rate_at)
+       s.rate_per_sec, s.rate_burst, s.rate_tokens, EXTRACT(EPOCH FROM now() - s.rate_at),
+       EXTRACT(EPOCH FROM s.paused_until - now())
 FROM (SELECT 1) AS one
 LEFT JOIN {prefix}queues AS s ON s.name = :queue;
 

@@ -47,8 +47,10 @@ from leaseq.backends.base import (
     FailItem,
     NewFlow,
     NewJob,
+    PauseEnd,
     PeekState,
     RenewOutcome,
+    SnoozeScope,
     StepItem,
 )
 from leaseq.backends.redis.keys import Keys
@@ -83,7 +85,7 @@ GLOBAL_PENDING = 30.0
 GLOBAL_POLL = 0.002
 LIVE = ("available", "running", "dead")
 INT_SETTINGS = frozenset({"max_attempts", "max_jobs", "max_touches", "concurrency_limit",
-                          "rate_burst"})  # the rest: floats
+                          "rate_burst", "max_snoozes"})  # the rest: floats
 
 
 @dataclass(frozen=True)
@@ -573,7 +575,7 @@ class RedisOps:
 
         for (job_id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
              token, lease_until, created_at, seconds, headers, available_at, reserves,
-             releases, timeouts, tags) in reply:
+             releases, timeouts, tags, snoozes) in reply:
             # The script has leased the job: decoding must not raise, or the batch would
             # be lost until its leases ran out (design §52).
             value, names = claimed(payload, headers)
@@ -585,7 +587,7 @@ class RedisOps:
                 created_at=when(created_at), lease=float(seconds),
                 headers=names, available_at=when(available_at),
                 reserves=int(reserves), releases=int(releases), timeouts=int(timeouts),
-                tags=stored_tags(tags),
+                tags=stored_tags(tags), snoozes=int(snoozes),
             )
             self.located.put(job.id, queue)
             jobs.append(job)
@@ -969,6 +971,35 @@ class RedisOps:
                                      opt(error), opt(detail))
         return state  # type: ignore[no-any-return]
 
+    def snooze(
+        self, job_id: int, token: int, delay: float, scope: SnoozeScope = "job"
+    ) -> Plan[JobState]:
+        """``snooze.lua``: the job's move and its queue's pause in one script. With
+        ``scope="queue"`` the queue also gets a settings row: in the same script on one
+        server ({P}:queues and {P}:configured as extra KEYS); on Redis Cluster, whose
+        script may touch the queue's slot only, by ``register.lua`` first (a refused
+        snooze then leaves the queue listed with default settings, nothing more)."""
+        pausing = scope == "queue"
+
+        def call(run: list[tuple[int, str]]) -> Call:
+            keys = self.k.with_job(run[0][1], job_id)
+            if pausing and not self.cluster:
+                keys += [self.k.queues, self.k.configured]
+            return Call("snooze", keys, (token, us(delay), scope))
+
+        if pausing and self.cluster:
+            queue = self.located.get(job_id)
+            if queue is None:
+                found = yield Call("locate", (self.k.index,), [job_id])
+                queue = found[0]
+            if queue is not None:
+                self.located.put(job_id, queue)
+                yield Call("register", (self.k.queues, self.k.configured), (queue,))
+        [reply] = yield from self.on_jobs([job_id], call, single=True)
+        if reply is None or reply == "lost":
+            raise LeaseLost.stale(job_id, token)
+        return reply  # type: ignore[no-any-return]
+
     def bury(
         self, job_id: int, token: int, reason: str | None, priority: int | None = None,
         detail: str | None = None,
@@ -1050,6 +1081,7 @@ class RedisOps:
                     out[name] = QueueStats(
                         name, available=n[0], scheduled=n[1], running=n[2], dead=n[3],
                         completed=n[4], cancelled=n[5], discarded=n[6], paused=bool(n[7]),
+                        paused_until=dt(c[10]) if len(c) > 10 and n[7] else None,
                         oldest_available_age=None if age is None else int(age) / 1e6,
                     )
         return out
@@ -1149,13 +1181,18 @@ class RedisOps:
         return None
         yield  # a plan is a generator, even one that sends nothing
 
-    def set_paused(self, queue: str, paused: bool) -> Plan[None]:
+    def set_paused(self, queue: str, paused: bool, until: PauseEnd = None) -> Plan[None]:
+        """``pause.lua``; a timed pause's end goes as µs since the epoch, or µs from now
+        by the server's clock."""
+        at_us = us_at(until) if paused and isinstance(until, datetime) else None
+        after = us(until) if paused and isinstance(until, (int, float)) else None
+        args = (queue, int(paused), opt(at_us), opt(after))
         if self.cluster:  # listed first: a crash in between leaves the queue unpaused
             yield Call("register", (self.k.queues, self.k.configured), (queue,))
-            yield Call("pause", self.k.queue(queue), (queue, int(paused)))
+            yield Call("pause", self.k.queue(queue), args)
         else:
             yield Call("pause", [self.k.queues, self.k.configured, *self.k.queue(queue)],
-                       (queue, int(paused)))
+                       args)
 
     def paused(self) -> Plan[list[str]]:
         stats = yield from self.stats()
@@ -1246,7 +1283,7 @@ def info(h: dict[str, str], now: int) -> JobInfo:
         updated_at=at(h.get("updated_at") or h["created_at"]),
         lease=None if lease is None else float(lease), headers=stored(h.get("headers")),
         error_detail=error_detail(h.get("error"), stored(h.get("error_detail"))),
-        tags=stored_tags(h.get("tags")),
+        tags=stored_tags(h.get("tags")), snoozes=int(h.get("snoozes", 0)),
     )
 
 

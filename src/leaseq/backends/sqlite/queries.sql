@@ -32,7 +32,8 @@ SELECT id FROM {prefix}jobs WHERE queue = :queue AND unique_key = :unique_key;
 -- name: claim_candidates
 -- One queue's share of a claim (several queues: one UNION ALL of these, one branch each):
 -- the job columns (lease_until and worker_id are about to be overwritten, so NULL) and the
--- clock, from which claim_ids sets the lease. A paused queue yields nothing. Last come what
+-- clock, from which claim_ids sets the lease. A paused queue yields nothing (paused, or
+-- paused_until still to come: a timed pause ends by itself). Last come what
 -- ops.lease_for needs: the job's own lease and its queue's default_lease and max_lease
 -- (subqueries that do not depend on the row, so they run once per branch); then the
 -- job's headers.
@@ -45,13 +46,14 @@ SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        (julianday('now') - 2440587.5) * 86400.0, lease,
        (SELECT default_lease FROM {prefix}queues WHERE name = :queue),
        (SELECT max_lease FROM {prefix}queues WHERE name = :queue), headers,
-       reserves, releases, timeouts, tags
+       reserves, releases, timeouts, tags, snoozes
 FROM {prefix}jobs INDEXED BY {prefix}jobs_claim
 WHERE queue = :queue AND state = 'available'
   AND available_at <= (julianday('now') - 2440587.5) * 86400.0
   AND NOT EXISTS (SELECT 1 FROM {prefix}queues WHERE name = :queue
-                  AND (paused = 1 OR (:gate = 1 AND (concurrency_limit IS NOT NULL
-                                                     OR rate_per_sec IS NOT NULL))))
+                  AND (paused = 1 OR paused_until > (julianday('now') - 2440587.5) * 86400.0
+                       OR (:gate = 1 AND (concurrency_limit IS NOT NULL
+                                          OR rate_per_sec IS NOT NULL))))
 ORDER BY priority DESC, available_at, id
 LIMIT :take;
 
@@ -70,7 +72,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'available';
 -- The claim's fallback, should claim_ids ever update other rows than it read.
 SELECT id, queue, kind, payload, priority, attempts, max_attempts, unique_key,
        lease_token, lease_until, worker_id, created_at, available_at, headers, reserves,
-       releases, timeouts, tags
+       releases, timeouts, tags, snoozes
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'running'
   AND worker_id = :worker_id AND lease_until = :until;
@@ -97,14 +99,14 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags, ended_token, ended_as)
+                             headers, error_detail, tags, ended_token, ended_as, snoozes)
 SELECT id, queue, kind, :state, payload, :result,
        CASE WHEN :state = 'completed' THEN NULL ELSE COALESCE(:error, last_error) END,
        priority, attempts, max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        (julianday('now') - 2440587.5) * 86400.0, headers,
        CASE WHEN :state = 'completed' THEN NULL WHEN :error IS NULL THEN error_detail ELSE :detail END, tags,
-       CASE WHEN :ended IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended, ended_as)
+       CASE WHEN :ended IS NULL THEN ended_token ELSE lease_token END, COALESCE(:ended, ended_as), snoozes
 FROM {prefix}jobs WHERE id = :id;
 
 -- name: to_dead
@@ -136,6 +138,41 @@ SET state = 'available', lease_until = NULL, attempts = attempts - :give_back,
     ended_token = lease_token, ended_as = :ended
 WHERE id = :id;
 
+-- name: lock_snoozed
+-- snooze: the job held under :token (as lock_held) with what decides its fate: its queue,
+-- its snoozes, whether a cancel was requested, and its queue's max_snoozes.
+SELECT queue, snoozes, cancel_requested,
+       (SELECT max_snoozes FROM {prefix}queues WHERE name = {prefix}jobs.queue)
+FROM {prefix}jobs
+WHERE id = :id AND lease_token = :token AND state = 'running';
+
+-- name: snooze_job
+-- RetryAfter: back after :delay with the attempt given back, snoozes + 1; not a release
+-- (releases), not a failure (failed_at), and the last error stays. :ended records the
+-- lease it ended (_core/ended.py).
+UPDATE {prefix}jobs
+SET state = 'available', lease_until = NULL, attempts = attempts - 1, snoozes = snoozes + 1,
+    available_at = (julianday('now') - 2440587.5) * 86400.0 + :delay,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0,
+    ended_token = lease_token, ended_as = :ended
+WHERE id = :id;
+
+-- name: extend_pause
+-- RetryAfter(scope="queue"): the queue paused until :delay from now, only ever later: a
+-- later end stays, and an indefinite pause (paused = 1) stays indefinite.
+INSERT INTO {prefix}queues (name, paused, paused_until) VALUES (:queue, 0, (julianday('now') - 2440587.5) * 86400.0 + :delay)
+ON CONFLICT (name) DO UPDATE SET
+    paused_until = CASE WHEN paused = 1 OR paused_until >= excluded.paused_until
+                        THEN paused_until ELSE excluded.paused_until END,
+    updated_at = (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: queue_rows
+-- stats: every queue with a settings row, whether it is paused now (either kind), and the
+-- end of a timed pause in force.
+SELECT name, paused = 1 OR COALESCE(paused_until > (julianday('now') - 2440587.5) * 86400.0, 0),
+       CASE WHEN paused = 0 AND paused_until > (julianday('now') - 2440587.5) * 86400.0 THEN paused_until END
+FROM {prefix}queues;
+
 -- name: note_failure
 -- Before a failed or timed-out job that was asked to cancel goes to history: the failure
 -- (and, :timeout 1, the timeout) recorded on the row that archive copies.
@@ -145,16 +182,18 @@ WHERE id = :id;
 
 -- name: kick
 UPDATE {prefix}jobs
-SET state = 'available', attempts = 0, kicks = kicks + 1,
+SET state = 'available', attempts = 0, snoozes = 0, kicks = kicks + 1,
     available_at = (julianday('now') - 2440587.5) * 86400.0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 WHERE id IN (SELECT id FROM {prefix}jobs WHERE queue = :queue AND state = 'dead'
              ORDER BY priority DESC, id LIMIT :limit);
 
 -- name: retry_job
--- A dead job comes back with fresh attempts (a kick); a scheduled one is only made due.
+-- A dead job comes back with fresh attempts and snoozes (a kick); a scheduled one is only
+-- made due.
 UPDATE {prefix}jobs
 SET attempts = CASE WHEN state = 'dead' THEN 0 ELSE attempts END,
+    snoozes = CASE WHEN state = 'dead' THEN 0 ELSE snoozes END,
     kicks = kicks + CASE WHEN state = 'dead' THEN 1 ELSE 0 END, state = 'available',
     available_at = (julianday('now') - 2440587.5) * 86400.0,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
@@ -187,7 +226,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        last_error, cancel_requested, (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, created_at), lease, headers,
-       error_detail, tags;
+       error_detail, tags, snoozes;
 
 -- name: _history_row
 -- _live_row's columns as history keeps them.
@@ -196,7 +235,7 @@ id, queue, kind, state, payload, priority, attempts, max_attempts, unique_key,
        (julianday('now') - 2440587.5) * 86400.0,
        reserves, timeouts, releases, buries, kicks, failed_at,
        COALESCE(updated_at, finished_at), lease, headers,
-       error_detail, tags;
+       error_detail, tags, snoozes;
 
 -- name: live_counts
 -- Per queue and stored state: the count, how many of them are not yet due (available but
@@ -259,12 +298,12 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, error_detail, tags, ended_token, ended_as)
+                             headers, error_detail, tags, ended_token, ended_as, snoozes)
 SELECT id, queue, kind, 'discarded', payload, NULL, last_error, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
        (julianday('now') - 2440587.5) * 86400.0, headers,
-       error_detail, tags, ended_token, ended_as
+       error_detail, tags, ended_token, ended_as, snoozes
 FROM {prefix}jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'dead';
 
 -- name: delete_dead
@@ -287,12 +326,18 @@ CREATE TABLE IF NOT EXISTS {prefix}migrations (
 INSERT INTO {prefix}migrations (version, name) VALUES (:version, :name);
 
 -- name: set_paused
-INSERT INTO {prefix}queues (name, paused) VALUES (:queue, :paused)
+-- pause (:paused 1, no end), pause until a time (:paused 0 and :until, a time, or :seconds
+-- from now: the pause ends by itself then), or resume (neither): each replaces whatever
+-- pause was in force.
+INSERT INTO {prefix}queues (name, paused, paused_until)
+VALUES (:queue, :paused, COALESCE(:until, (julianday('now') - 2440587.5) * 86400.0 + :seconds))
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
-    updated_at = (julianday('now') - 2440587.5) * 86400.0;
+    paused_until = excluded.paused_until, updated_at = (julianday('now') - 2440587.5) * 86400.0;
 
 -- name: paused_queues
-SELECT name FROM {prefix}queues WHERE paused ORDER BY name;
+SELECT name FROM {prefix}queues
+WHERE paused OR paused_until > (julianday('now') - 2440587.5) * 86400.0
+ORDER BY name;
 
 -- name: list_live
 -- Two branches, exactly one of which the parameters switch on (SQLite tests a condition on
@@ -349,11 +394,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, tags)
+                             headers, tags, snoozes)
 SELECT id, queue, kind, 'completed', payload, NULL, NULL, priority, attempts, max_attempts,
        unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0, headers, tags
+       (julianday('now') - 2440587.5) * 86400.0, headers, tags, snoozes
 FROM {prefix}jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (id, lease_token) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
@@ -366,11 +411,11 @@ INSERT INTO {prefix}history (id, queue, kind, state, payload, result, error, pri
                              attempts, max_attempts, unique_key, worker_id, created_at,
                              started_at, finished_at, lease_token, lease, reserves, timeouts,
                              releases, buries, kicks, failed_at, updated_at,
-                             headers, tags)
+                             headers, tags, snoozes)
 SELECT id, queue, kind, 'completed', payload, :result, NULL, priority, attempts,
        max_attempts, unique_key, worker_id, created_at, started_at,
        (julianday('now') - 2440587.5) * 86400.0, lease_token, lease, reserves, timeouts, releases, buries, kicks, failed_at,
-       (julianday('now') - 2440587.5) * 86400.0, headers, tags
+       (julianday('now') - 2440587.5) * 86400.0, headers, tags, snoozes
 FROM {prefix}jobs
 WHERE id = :id AND lease_token = :token AND state = 'running';
 
@@ -532,10 +577,10 @@ LIMIT :limit;
 INSERT INTO {prefix}queues (name, paused, max_attempts, base_backoff, max_backoff, jitter,
                             default_lease, max_lease, max_jobs, max_touches,
                             max_touch_duration, min_touch_interval, dead_retention,
-                                 concurrency_limit, rate_per_sec, rate_burst)
+                                 concurrency_limit, rate_per_sec, rate_burst, max_snoozes)
 VALUES (:queue, 0, :max_attempts, :base_backoff, :max_backoff, :jitter, :default_lease,
         :max_lease, :max_jobs, :max_touches, :max_touch_duration, :min_touch_interval,
-        :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst)
+        :dead_retention, :concurrency_limit, :rate_per_sec, :rate_burst, :max_snoozes)
 ON CONFLICT (name) DO UPDATE SET
     max_attempts = CASE WHEN :set_max_attempts THEN excluded.max_attempts
                         ELSE max_attempts END,
@@ -559,10 +604,11 @@ ON CONFLICT (name) DO UPDATE SET
     rate_per_sec = CASE WHEN :set_rate_per_sec THEN excluded.rate_per_sec
                         ELSE rate_per_sec END,
     rate_burst = CASE WHEN :set_rate_burst THEN excluded.rate_burst ELSE rate_burst END,
+    max_snoozes = CASE WHEN :set_max_snoozes THEN excluded.max_snoozes ELSE max_snoozes END,
     updated_at = (julianday('now') - 2440587.5) * 86400.0
 RETURNING name, max_attempts, base_backoff, max_backoff, jitter, default_lease, max_lease,
           max_jobs, max_touches, max_touch_duration, min_touch_interval, dead_retention,
-          concurrency_limit, rate_per_sec, rate_burst;
+          concurrency_limit, rate_per_sec, rate_burst, max_snoozes;
 
 -- name: server_version
 SELECT sqlite_version();
@@ -579,6 +625,7 @@ SELECT name, concurrency_limit, rate_per_sec, rate_burst, rate_tokens,
        (julianday('now') - 2440587.5) * 86400.0 - rate_at
 FROM {prefix}queues
 WHERE name IN (SELECT value FROM json_each(:names)) AND paused = 0
+  AND NOT COALESCE(paused_until > (julianday('now') - 2440587.5) * 86400.0, 0)
 ORDER BY name;
 
 -- name: running_counts
@@ -600,7 +647,8 @@ WHERE name = :queue;
 
 -- name: next_due
 -- One queue's share of next_due: seconds until its earliest available job is due (<= 0:
--- one is due now; NULL: none), then its settings row. The earliest is the least of each
+-- one is due now; NULL: none), then its settings row, then the seconds until a timed pause
+-- ends (<= 0 or NULL: none in force). The earliest is the least of each
 -- priority's first entry in the claim index, reached by a skip scan over the priorities
 -- (one index probe per distinct priority), not by reading every scheduled job.
 WITH RECURSIVE prio(p) AS (
@@ -622,7 +670,8 @@ SELECT (SELECT min((SELECT available_at FROM {prefix}jobs INDEXED BY {prefix}job
             ELSE (SELECT COUNT(*) FROM {prefix}jobs
                   WHERE state = 'running' AND queue = :queue) END,
        s.rate_per_sec, s.rate_burst, s.rate_tokens,
-       (julianday('now') - 2440587.5) * 86400.0 - s.rate_at
+       (julianday('now') - 2440587.5) * 86400.0 - s.rate_at,
+       s.paused_until - (julianday('now') - 2440587.5) * 86400.0
 FROM (SELECT 1) AS one
 LEFT JOIN {prefix}queues AS s ON s.name = :queue;
 

@@ -49,6 +49,14 @@
     if (format === "age") el.textContent = age(value);
     else if (format === "paused") el.textContent = value ? "paused" : "";
     else if (format === "paused-badge") el.hidden = !value;
+    else if (format === "paused-until") {
+      // A timed pause's end (ISO 8601, UTC), shown as the server renders it.
+      el.hidden = !value;
+      if (value) {
+        const [whole, fraction = ""] = value.replace(/([+-]\d\d:\d\d|Z)$/, "").replace("T", " ").split(".");
+        el.textContent = "until " + whole + "." + (fraction + "000").slice(0, 3) + " UTC";
+      }
+    }
     else el.textContent = value === null || value === undefined ? "–" : String(value);
   }
 

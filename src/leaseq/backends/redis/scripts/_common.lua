@@ -43,7 +43,10 @@
 --   {P:Q}:cancelled                  score finished_at, member id
 --   {P:Q}:discarded
 --   {P:Q}:unique           HASH    unique_key -> id of the live job that holds it
---   {P:Q}:paused           STRING  "1" while the queue is paused (claims skip it)
+--   {P:Q}:paused           STRING  present while the queue is paused (claims skip it): "1"
+--                                  until resume, or the µs (a whole ms) a timed pause ends,
+--                                  when the key expires by itself (PXAT: the server's
+--                                  clock ends the pause; next_due.lua reads the end)
 --   {P:Q}:settings         HASH    the queue's settings (QUEUE_SETTINGS names -> the value
 --                                  as Python wrote it: durations in seconds); absent = default;
 --                                  and the rate bucket of a queue with rate_per_sec:
@@ -100,9 +103,10 @@
 -- was given; written and cleared with error, absent when the text says it all), tags?
 -- (JSON array text, written by enqueue and never changed; list.lua finds a tag by its
 -- quoted text in it), ended_token? and ended_as? (the token of the job's last ended lease
--- and how it ended, _core/ended.py: "nack:scheduled", "bury:dead", "expired", ...;
--- written where a nack, release, bury or reclaim ends a lease, left alone by claims, kept
--- in history; repeated() reads them).
+-- and how it ended, _core/ended.py: "nack:scheduled", "bury:dead", "snooze:scheduled",
+-- "expired", ...; written where a nack, release, snooze, bury or reclaim ends a lease,
+-- left alone by claims, kept in history; repeated() reads them), snoozes? (times put
+-- back by RetryAfter since enqueued or last kicked: snooze.lua; kick and retry delete it).
 -- "?" = absent when null, and
 -- an absent counter is 0: enqueue, the hot path, writes none of them.
 --
@@ -313,6 +317,26 @@ local function to_dead(q, key, id, err, now, detail, more)
   FINISHED[FINISHED_N] = id
 end
 
+-- RetryAfter(scope="queue"): queue q paused until `until_us` (rounded up to a whole ms,
+-- the unit of PXAT), only ever later: an indefinite pause ("1") stays, and so does a
+-- timed one that ends later. A time already past pauses nothing.
+local function extend_pause(q, until_us, now)
+  local ms = math.ceil(until_us / 1000)
+  if ms * 1000 <= now then return end
+  local current = redis.call('GET', q.paused)  -- nil once a timed pause has expired
+  if current == '1' or (current and tonumber(current) >= ms * 1000) then return end
+  redis.call('SET', q.paused, int(ms * 1000), 'PXAT', int(ms))
+end
+
+-- The seconds until queue q's timed pause ends, from its paused key's value; nil when
+-- the queue is not paused, false when it is paused until resume.
+local function pause_left(q, now)
+  local value = redis.call('GET', q.paused)
+  if not value then return nil end
+  if value == '1' then return false end
+  return (tonumber(value) - now) / 1000000
+end
+
 -- A finished job that held a unique key frees it, and becomes the key's newest finished
 -- job (enqueue's unique_for window looks there).
 -- max_queues (configure_server), one check for enqueue.lua, allocate.lua and admit.lua:
@@ -518,6 +542,12 @@ end
 -- limits.token_wait: seconds until a bucket holding `tokens` now holds a whole one.
 local function token_wait(rate, tokens)
   return math.max(0, (1 - tokens) / rate)
+end
+
+-- limits.after_pause: a queue paused for `left` more seconds starts nothing before then.
+local function after_pause(wait, left)
+  if not wait or not left or left <= 0 then return wait end
+  return math.max(wait, left)
 end
 
 -- limits.next_start: seconds until one of a queue's jobs may next be claimable, or nil.

@@ -32,7 +32,7 @@
 -- Returns: per claimed job, in claim order, {id, queue, kind, payload, priority,
 -- attempts, max_attempts, unique_key, lease_token, lease_until, created_at, lease
 -- (seconds, the one applied), headers, available_at, reserves (this lease included),
--- releases, timeouts, tags}; kind, unique_key, headers and tags nil when absent
+-- releases, timeouts, tags, snoozes}; kind, unique_key, headers and tags nil when absent
 
 local now = now_us()
 local t = int(now)
@@ -88,7 +88,8 @@ for i = 1, math.min(limit, #candidates) do
   local key = q.job .. id
   local f = fields(key, 'queue', 'kind', 'payload', 'priority', 'attempts', 'max_attempts',
                    'unique_key', 'lease_token', 'created_at', 'lease', 'reserves',
-                   'started_at', 'headers', 'available_at', 'releases', 'timeouts', 'tags')
+                   'started_at', 'headers', 'available_at', 'releases', 'timeouts', 'tags',
+                   'snoozes')
   local seconds = lease or f.lease or q.default_lease
   local lease_us = seconds_us(seconds)
   if q.max_lease and seconds_us(q.max_lease) < lease_us then
@@ -108,7 +109,8 @@ for i = 1, math.min(limit, #candidates) do
   redis.call('ZADD', q.running, lease_until, id)
   out[#out + 1] = {id, f.queue, f.kind, f.payload, f.priority, attempts, f.max_attempts,
                    f.unique_key, token, lease_until, f.created_at, seconds, f.headers,
-                   f.available_at, reserves, f.releases or '0', f.timeouts or '0', f.tags}
+                   f.available_at, reserves, f.releases or '0', f.timeouts or '0', f.tags,
+                   f.snoozes or '0'}
   if q.claimed then q.claimed = q.claimed + 1 end
 end
 -- Only a claim that started jobs spends: one that found none leaves the bucket's clock

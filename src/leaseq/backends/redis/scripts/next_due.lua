@@ -1,12 +1,13 @@
 -- next_due: seconds until a job of one or more queues may next become claimable without
--- anything else happening (Backend.next_due). Per queue that is not paused: its earliest
--- job is due now when its ready set holds any, else at its delayed set's lowest score
--- (due jobs not yet promoted count as due now); then limits.next_start (_common.lua)
--- with the queue's running count and its rate bucket's tokens now. The least over the
--- queues wins. Read-only: the bucket is not written, nor jobs promoted.
+-- anything else happening (Backend.next_due). Per queue that is not paused until resume:
+-- its earliest job is due now when its ready set holds any, else at its delayed set's
+-- lowest score (due jobs not yet promoted count as due now); then limits.next_start
+-- (_common.lua) with the queue's running count and its rate bucket's tokens now, and
+-- after_pause with what is left of a timed pause. The least over the queues wins.
+-- Read-only: the bucket is not written, nor jobs promoted.
 --
 -- With ARGV[1] "due" (Backend.due_now) it answers instead whether a job of a queue that
--- is not paused is due now, whatever the queue's limits: "1", or nil.
+-- is not paused (of either kind) is due now, whatever the queue's limits: "1", or nil.
 --
 -- KEYS: one GROUP of keys per queue (_common.lua); several groups = several queues
 -- ARGV[1] "due" (optional)
@@ -18,7 +19,8 @@ local best = nil
 local due_only = ARGV[1] == 'due'
 for first = 1, #KEYS, GROUP do
   local q = queue_at(first)
-  if redis.call('EXISTS', q.paused) == 0 then
+  local left = pause_left(q, now)
+  if left ~= false and not (due_only and left) then
     local earliest = nil
     if redis.call('ZCARD', q.ready) > 0 then
       earliest = 0
@@ -34,7 +36,7 @@ for first = 1, #KEYS, GROUP do
       local rate = s.rate_per_sec and tonumber(s.rate_per_sec)
       local running = cap and redis.call('ZCARD', q.running) or 0
       local tokens = rate and bucket_tokens(s, now)
-      local wait = next_start(earliest, running, cap, rate, tokens)
+      local wait = after_pause(next_start(earliest, running, cap, rate, tokens), left)
       if wait and (not best or wait < best) then best = wait end
     end
   end

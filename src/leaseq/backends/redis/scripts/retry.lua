@@ -1,5 +1,5 @@
--- retry: dead -> available now with attempts reset to 0 and kicks + 1; scheduled ->
--- available now with its attempts kept.
+-- retry: dead -> available now with attempts and snoozes reset to 0 and kicks + 1;
+-- scheduled -> available now with its attempts kept.
 --
 -- KEYS[1] {P:Q}:job:<id>   KEYS[2..] the job's queue GROUP (_common.lua)
 -- Publishes: the queue on P:wake when the job was retried
@@ -13,6 +13,7 @@ local now = now_us()
 if f.state == 'dead' then
   redis.call('HSET', key, 'attempts', '0')
   redis.call('HINCRBY', key, 'kicks', 1)
+  redis.call('HDEL', key, 'snoozes')
   redis.call('ZREM', q.dead, dead_member(f.id), f.id)
   redis.call('ZREM', q.buried, f.id)
 elseif f.state == 'available' and tonumber(f.available_at) > now then

@@ -12,7 +12,8 @@
 -- ARGV: the queue names, in KEYS order
 -- Returns: per queue, in KEYS order, {available, scheduled, running, dead, completed,
 -- cancelled, discarded, paused (1/0), has a settings row (1/0), µs the oldest due job
--- has been due (nil when none is)}
+-- has been due (nil when none is), µs when a timed pause in force ends (nil when none
+-- is)}
 
 local PRIORITIES = 1000
 local now = now_us()
@@ -34,6 +35,13 @@ local function oldest_due(q)
   return oldest and int(math.max(now - oldest, 0))
 end
 
+-- The end of a timed pause in force (µs text), or false (none, or paused until resume).
+local function timed_end(q)
+  local value = redis.call('GET', q.paused)
+  if value == '1' then return false end
+  return value or false
+end
+
 local head = #KEYS % GROUP  -- 1 with {P}:configured, 0 without
 local out = {}
 for first = head + 1, #KEYS, GROUP do
@@ -50,6 +58,7 @@ for first = head + 1, #KEYS, GROUP do
     redis.call('EXISTS', q.paused),
     head == 1 and redis.call('SISMEMBER', KEYS[1], ARGV[(first - 2) / GROUP + 1]) or 0,
     oldest_due(q),
+    timed_end(q),
   }
 end
 return out
