@@ -217,8 +217,12 @@ def claims(folder: Path) -> list[dict[str, Any]]:
     token, t, value), decoding no other line: cheap enough for a loop that polls how far
     a run got."""
     marker = '"op":"claim"'
-    return [json.loads(text) for path in sorted(folder.glob("*.jsonl"))
-            for text in path.read_text().splitlines() if marker in text]
+    found = []
+    for path in sorted(folder.glob("*.jsonl")):
+        # A line a worker is writing right now may be read in part: only whole lines.
+        whole = path.read_text().rpartition("\n")[0]
+        found += [json.loads(text) for text in whole.splitlines() if marker in text]
+    return found
 
 
 @dataclass(frozen=True)
