@@ -386,8 +386,11 @@ def test_s6_a_lost_holder_reply_repeated_by_the_caller_returns_the_first_result(
     try:
         for n, (verb, (call, first, committed, once)) in enumerate(HOLDER_CALLS.items()):
             marker = f"s6-{secrets.token_hex(6)}"
-            job_id = direct.enqueue(QUEUE, {"n": n}, max_attempts=3).id
-            [job] = client.dequeue(QUEUE)
+            # A queue per verb: an earlier verb's job, due again after its backoff on a
+            # slow machine, must not be the one dequeued here.
+            queue = f"{QUEUE}-{verb}"
+            job_id = direct.enqueue(queue, {"n": n}, max_attempts=3).id
+            [job] = client.dequeue(queue)
             assert job.id == job_id, verb
             seen: list[str] = []
             # The job's state read by the direct client once the server has committed.
@@ -398,7 +401,7 @@ def test_s6_a_lost_holder_reply_repeated_by_the_caller_returns_the_first_result(
                 call(client, job, marker)
             assert lost.value.operation == verb
             assert (verb, rule.matched, seen) == (verb, 1, [committed])
-            later = direct.dequeue(QUEUE, worker_id="later") if verb == "release" else []
+            later = direct.dequeue(queue, worker_id="later") if verb == "release" else []
             assert call(client, job, "the repeat's own error") == first, verb
             assert call(client, job, "and again") == first, verb
             info = direct.get(job_id)
